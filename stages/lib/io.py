@@ -1,0 +1,59 @@
+"""Atomic, deterministic writers and the one error type stages raise.
+
+Every file a stage writes goes to a temp file in the same folder and is renamed into place,
+so an interrupted stage never leaves a half-written output behind.
+"""
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+
+class StageError(click.ClickException):
+    """A problem the user can fix; click prints it as `Error: ...` and exits with code 1."""
+
+
+def write_bytes(path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path, obj) -> None:
+    write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def write_csv(path, rows, fieldnames) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_bytes(path, buf.getvalue().encode())
+
+
+def read_csv(path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise StageError(f"{path} not found: run the stage that writes it first (`dvc repro`).")
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def read_json(path):
+    path = Path(path)
+    if not path.exists():
+        raise StageError(f"{path} not found: run the stage that writes it first (`dvc repro`).")
+    return json.loads(path.read_text())

@@ -1,0 +1,152 @@
+"""The one typed loader for params.yaml.
+
+Each stage reads only its own section. A key that is not declared here (a typo such as
+`train.lr_rate`) or a value of the wrong type is an error that names the key, so a misspelt
+knob can never be silently ignored.
+"""
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from stages.lib.io import StageError
+
+PARAMS_FILE = "params.yaml"
+
+
+@dataclass(frozen=True)
+class Data:
+    source: str = "data/sample"  # an ImageFolder tree: <source>/<class>/<image>
+
+
+@dataclass(frozen=True)
+class Sample:
+    per_class: int = 0  # keep only the first N images of each digit; 0 keeps all 1,797
+
+
+@dataclass(frozen=True)
+class Ingest:
+    workers: int = 0  # processes that hash and decode; 0 = all cores
+
+
+@dataclass(frozen=True)
+class Validate:
+    min_side: int = 8  # images with a smaller width or height are rejected
+
+
+@dataclass(frozen=True)
+class Split:
+    seed: int = 42
+    val: float = 0.15
+    test: float = 0.15
+
+
+@dataclass(frozen=True)
+class Prepare:
+    image_size: int = 16
+    channels: int = 1  # 1 = greyscale, 3 = RGB
+    mean: list[float] = dataclasses.field(default_factory=lambda: [0.5])
+    std: list[float] = dataclasses.field(default_factory=lambda: [0.5])
+
+
+@dataclass(frozen=True)
+class Train:
+    model: str = "small_cnn"  # or a torchvision architecture name, e.g. resnet18
+    epochs: int = 15
+    batch_size: int = 32
+    lr: float = 0.003
+    optimizer: str = "adamw"  # adamw | sgd
+    weight_decay: float = 0.0001
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluate:
+    batch_size: int = 256
+
+
+@dataclass(frozen=True)
+class Export:
+    atol: float = 0.0001  # max |logit(PyTorch) - logit(onnxruntime)| allowed
+
+
+SECTIONS = {
+    "data": Data,
+    "sample": Sample,
+    "ingest": Ingest,
+    "validate": Validate,
+    "split": Split,
+    "prepare": Prepare,
+    "train": Train,
+    "evaluate": Evaluate,
+    "export": Export,
+}
+
+
+def _coerce(key: str, value, ftype, path):
+    def bad(expected):
+        return StageError(
+            f"{path}: `{key}` must be {expected}, got {value!r} ({type(value).__name__}). "
+            f"Fix its value in {path}."
+        )
+
+    origin = typing.get_origin(ftype)
+    if origin in (list, tuple):
+        (item_type,) = set(typing.get_args(ftype)) - {Ellipsis}
+        if not isinstance(value, list):
+            raise bad(f"a list of {item_type.__name__}")
+        return [_coerce(f"{key}[{i}]", v, item_type, path) for i, v in enumerate(value)]
+    if isinstance(ftype, types.UnionType) or origin is typing.Union:
+        if value is None and type(None) in typing.get_args(ftype):
+            return None
+        (ftype,) = set(typing.get_args(ftype)) - {type(None)}
+    if ftype is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if ftype is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if ftype in (str, bool) and isinstance(value, ftype):
+        return value
+    raise bad(f"a {ftype.__name__}")
+
+
+def load(section: str, path=PARAMS_FILE):
+    """Return the typed params of one section; unknown sections or keys are errors naming them."""
+    path = Path(path)
+    if not path.exists():
+        raise StageError(f"{path} not found: run the stage from the project root.")
+    raw = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise StageError(
+            f"{path}: unknown section(s) {', '.join(unknown)}; known sections: {', '.join(SECTIONS)}."
+        )
+    cls = SECTIONS[section]
+    values = raw.get(section) or {}
+    if not isinstance(values, dict):
+        raise StageError(f"{path}: `{section}` must be a mapping of keys to values.")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in sorted(values):
+        if key not in known:
+            raise StageError(
+                f"{path}: unknown key `{section}.{key}`; known keys in `{section}`: "
+                f"{', '.join(known)}. Fix the spelling or remove it."
+            )
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: _coerce(f"{section}.{k}", v, hints[k], path) for k, v in values.items()})
+
+
+def params_option(func):
+    """The `--params` option every stage shares."""
+    import click
+
+    return click.option(
+        "--params",
+        "params_path",
+        default=PARAMS_FILE,
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help="The params file to read this stage's section from.",
+    )(func)
