@@ -43,7 +43,7 @@ def main(params_path):
     write_json(METRICS, metrics)
     classes = meta["classes"]
     rows = [{"path": r["path"], "actual": classes[t], "predicted": classes[q]}
-            for r, t, q in zip(read_csv(TEST_SPLIT), y, pred)]
+            for r, t, q in zip(read_csv(TEST_SPLIT), y, pred, strict=True)]
     write_csv(CONFUSION, rows, ["path", "actual", "predicted"])
     click.echo(f"evaluate: test accuracy {metrics['accuracy']:.4f} on {len(y)} images")
 

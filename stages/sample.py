@@ -26,7 +26,7 @@ def digit_images(per_class: int = 0):
 
     digits = load_digits()
     counts = {}
-    for index, (image, target) in enumerate(zip(digits.images, digits.target)):
+    for index, (image, target) in enumerate(zip(digits.images, digits.target, strict=True)):
         label = str(int(target))
         counts[label] = counts.get(label, 0) + 1
         if per_class and counts[label] > per_class:

@@ -8,7 +8,6 @@ SMALL_CNN = "small_cnn"
 
 
 def build_model(name: str, num_classes: int, channels: int):
-    import torch
     from torch import nn
 
     if name == SMALL_CNN:
@@ -61,7 +60,8 @@ def load_model(path):
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise StageError(f"{path} not found: run the train stage first (`dvc repro train`).")
+        raise StageError(
+            f"{path} not found: run the train stage first (`dvc repro train`).") from None
     meta = blob["meta"]
     model = build_model(meta["model"], len(meta["classes"]), meta["channels"])
     model.load_state_dict(blob["state_dict"])

@@ -109,7 +109,7 @@ def _coerce(key: str, value, ftype, path):
         return value
     if ftype in (str, bool) and isinstance(value, ftype):
         return value
-    raise bad(f"a {ftype.__name__}")
+    raise bad(f"of type {ftype.__name__}")
 
 
 def load(section: str, path=PARAMS_FILE):
@@ -121,7 +121,8 @@ def load(section: str, path=PARAMS_FILE):
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise StageError(
-            f"{path}: unknown section(s) {', '.join(unknown)}; known sections: {', '.join(SECTIONS)}."
+            f"{path}: unknown section(s) {', '.join(unknown)}; "
+            f"known sections: {', '.join(SECTIONS)}."
         )
     cls = SECTIONS[section]
     values = raw.get(section) or {}

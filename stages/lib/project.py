@@ -1,0 +1,73 @@
+"""Copy the project into a scratch directory and run DVC there (smoke runs, tests, verify)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def project_files(root) -> list[str]:
+    """Files git would commit: tracked plus untracked-but-not-ignored, relative to root."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                         check=True, capture_output=True, text=True).stdout
+    return sorted(p for p in out.split("\0") if p and (Path(root) / p).is_file())
+
+
+def copy_project(root, dest, params: dict | None = None, git_init: bool = True) -> Path:
+    """Copy the project's files (not its data, models or venv) to dest, apply param overrides
+    ({"train.epochs": 1, ...}) and commit them in a new git repository there."""
+    dest = Path(dest)
+    for rel in project_files(root):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(root) / rel, target)
+    if params:
+        set_params(dest, params)
+    if git_init:
+        git(dest, "init", "-q")
+        git(dest, "config", "user.name", "pipeline")
+        git(dest, "config", "user.email", "pipeline@localhost")
+        git(dest, "add", "-A")
+        git(dest, "commit", "-qm", "copy of the project")
+    return dest
+
+
+def git(cwd, *args) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "pipeline", "GIT_AUTHOR_EMAIL": "pipeline@localhost",
+           "GIT_COMMITTER_NAME": "pipeline", "GIT_COMMITTER_EMAIL": "pipeline@localhost"}
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+def set_params(root, overrides: dict) -> None:
+    """Apply {"train.epochs": 1, ...} to root/params.yaml."""
+    path = Path(root) / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".", 1)
+        params.setdefault(section, {})[key] = value
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def dvc(cwd, *args, check: bool = True) -> subprocess.CompletedProcess:
+    """Run DVC with this interpreter's environment first on PATH, so stages find `python`."""
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"dvc {' '.join(args)} failed ({proc.returncode}):\n"
+                           f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def lock_hashes(root) -> dict[tuple[str, str], str]:
+    """{(stage, out path): md5} for every out in root/dvc.lock."""
+    lock = yaml.safe_load((Path(root) / "dvc.lock").read_text())
+    return {(stage, out["path"]): out["md5"]
+            for stage, entry in lock["stages"].items() for out in entry.get("outs", [])}
+
+
+STAGES_BEFORE_TRAIN = ("sample", "ingest", "validate", "split", "prepare")

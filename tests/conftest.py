@@ -1,0 +1,45 @@
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def write_image(path, size=(16, 16), mode="L", fmt=None, seed=0):
+    """A real image file with random pixels."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    channels = {"L": 1, "RGB": 3}[mode]
+    pixels = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8).squeeze()
+    Image.fromarray(pixels, mode).save(path, format=fmt)
+    return path
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """Run the test from an empty temp directory (stages use project-relative paths)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A git-committed copy of the project's files (no data, no models) in a temp dir."""
+    from stages.lib.project import copy_project
+
+    return copy_project(ROOT, tmp_path / "project")
+
+
+def run_stage(name, *args, cwd=None):
+    """Run `python -m stages.<name>` like DVC does; return the CompletedProcess."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", f"stages.{name}", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
