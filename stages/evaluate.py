@@ -35,12 +35,14 @@ def main(params_path):
     p = load("evaluate", params_path)
     from stages.lib.images import load_processed
     from stages.lib.models import load_model, predict_logits
+    from stages.lib.provenance import run_record, write_run_record
 
     model, meta = load_model(MODEL)
     x, y, _ = load_processed("test")
     pred = predict_logits(model, x, p.batch_size).argmax(1)
     metrics = headline_metrics(y, pred)
     write_json(METRICS, metrics)
+    write_run_record("evaluate", {**run_record("evaluate", p), "metrics": metrics})
     classes = meta["classes"]
     rows = [{"path": r["path"], "actual": classes[t], "predicted": classes[q]}
             for r, t, q in zip(read_csv(TEST_SPLIT), y, pred, strict=True)]

@@ -99,7 +99,9 @@ def main(params_path):
 
     from stages.lib.images import load_processed
     from stages.lib.models import save_model
+    from stages.lib.provenance import run_record, write_run_record
 
+    write_run_record("train", run_record("train", p))
     x_train, y_train, meta = load_processed("train")
     x_val, y_val, _ = load_processed("val")
     tensors = [torch.from_numpy(a) for a in (x_train, y_train, x_val, y_val)]
