@@ -1,0 +1,195 @@
+"""Inference shared by predict and serve: load a model, turn image bytes into a batch, top-k.
+
+The onnxruntime path imports only numpy, Pillow and onnxruntime (never torch), so a machine
+that serves the exported model does not need PyTorch. Preprocessing is `stages.lib.images`
+(the same `load_image` + `normalize` that prepare/evaluate/export use), behind a header check
+that refuses decompression bombs before any pixel is decoded.
+"""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stages.lib.io import StageError
+
+ONNX_MODEL = Path("models/model.onnx")
+TORCH_MODEL = Path("models/model.pt")
+BACKENDS = ("onnxruntime", "torch")
+MAX_PIXELS = 40_000_000  # width x height above which an image is refused before decoding
+META_KEYS = ("classes", "image_size", "channels", "mean", "std")
+
+
+class BadImage(ValueError):
+    """An input that cannot become model input.
+
+    `kind`: "not_image", "corrupt", "too_large" or "unreadable" (missing file, no permission).
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS) -> np.ndarray:
+    """uint8 HxWxC from a path or a binary file object; raise BadImage naming what is wrong.
+
+    The header is read first: an image whose width x height exceeds max_pixels is refused
+    before its pixels are decoded (a 50-byte PNG can declare 100k x 100k pixels).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    from stages.lib.images import load_image
+
+    try:
+        with Image.open(src) as img:
+            width, height = img.size
+    except UnidentifiedImageError:
+        raise BadImage("not_image", "not an image Pillow can read") from None
+    except Image.DecompressionBombError as exc:
+        raise BadImage("too_large", f"image too large: {exc}") from None
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        raise BadImage("unreadable", f"cannot open: {type(exc).__name__}: {exc.strerror}") from None
+    except (OSError, ValueError, SyntaxError) as exc:  # unreadable file, bad header fields
+        message = f"cannot read image header: {type(exc).__name__}: {exc}"
+        raise BadImage("corrupt", message) from None
+    if width * height > max_pixels:
+        raise BadImage("too_large", f"image has {width}x{height} = {width * height} pixels, "
+                                    f"over the limit of {max_pixels}")
+    if hasattr(src, "seek"):
+        src.seek(0)
+    try:
+        return load_image(src, image_size, channels)
+    except Exception as exc:  # PIL raises many types on truncated or corrupt data
+        message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
+        raise BadImage("corrupt", message) from None
+
+
+@dataclass
+class Model:
+    """A loaded model: `run(uint8 NxHxWxC) -> float32 logits` plus what is needed to feed it."""
+
+    backend: str
+    path: str
+    classes: list
+    image_size: int
+    channels: int
+    mean: list
+    std: list
+    sha256: str
+    runner: object = field(repr=False, default=None)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def version(self) -> str:
+        """Short content hash of the model file: changes whenever the weights change."""
+        return self.sha256[:12]
+
+    def logits(self, batch: np.ndarray) -> np.ndarray:
+        """float32 logits NxK of a uint8 NxHxWxC batch (normalised here, like everywhere else)."""
+        from stages.lib.images import normalize
+
+        return self.runner(normalize(batch, self.mean, self.std))
+
+
+def file_sha256(path) -> str:
+    from stages.lib.images import sha256_file
+
+    return sha256_file(path)
+
+
+def load_onnx(path, threads: int = 0) -> Model:
+    import onnxruntime as ort
+
+    path = Path(path)
+    if not path.is_file():
+        raise StageError(f"{path} not found: run the export stage first (`dvc repro export`) "
+                         f"or pass --model.")
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise StageError(f"{path}: onnxruntime cannot load it: {exc}") from None
+    props = session.get_modelmeta().custom_metadata_map
+    missing = [k for k in META_KEYS if k not in props]
+    if missing:
+        raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
+                         f"`python -m stages.export`.")
+    meta = {k: json.loads(props[k]) for k in META_KEYS}
+    model_meta = session.get_modelmeta()
+    info = {"producer": model_meta.producer_name, "graph": model_meta.graph_name,
+            "onnxruntime": ort.__version__}
+
+    def run(x):
+        return session.run(["logits"], {"input": x})[0]
+
+    return Model("onnxruntime", path.name, sha256=file_sha256(path), runner=run, info=info,
+                 **meta)
+
+
+def load_torch(path, threads: int = 0) -> Model:
+    import torch
+
+    from stages.lib.models import load_model
+
+    path = Path(path)
+    if threads:
+        torch.set_num_threads(threads)
+    model, meta = load_model(path)
+
+    def run(x):
+        with torch.no_grad():
+            return model(torch.from_numpy(x)).numpy()
+
+    return Model("torch", path.name, sha256=file_sha256(path), runner=run,
+                 info={"torch": torch.__version__, "architecture": meta.get("model", "")},
+                 **{k: meta[k] for k in META_KEYS})
+
+
+def load(backend: str, path=None, threads: int = 0) -> Model:
+    """Load models/model.onnx (onnxruntime) or models/model.pt (torch), or the given path."""
+    if backend == "onnxruntime":
+        return load_onnx(path or ONNX_MODEL, threads)
+    if backend == "torch":
+        return load_torch(path or TORCH_MODEL, threads)
+    raise StageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def top_k(logits: np.ndarray, classes, k: int) -> list[list[dict]]:
+    """Per row, the k most probable classes, best first: [{"label", "score"}, ...].
+
+    Ties go to the lower class index, like argmax, so the first entry is argmax(logits).
+    """
+    probs = softmax(logits.astype(np.float64))
+    k = max(1, min(k, probs.shape[1]))
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    return [[{"label": str(classes[j]), "score": round(float(p[j]), 6)} for j in row]
+            for p, row in zip(probs, order, strict=True)]
+
+
+def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[list[dict]]:
+    """Top-k of each uint8 HxWxC image, in order."""
+    if not images:
+        return []
+    return top_k(model.logits(np.stack(images)), model.classes, k)
+
+
+def describe(model: Model, metrics_path=None) -> dict:
+    """What GET /model returns: classes, input, provenance, eval metrics when present."""
+    out = {"backend": model.backend, "file": model.path, "version": model.version,
+           "sha256": model.sha256, "classes": [str(c) for c in model.classes],
+           "input": {"image_size": model.image_size, "channels": model.channels,
+                     "mean": model.mean, "std": model.std},
+           "provenance": model.info, "metrics": None}
+    if metrics_path and Path(metrics_path).is_file():
+        out["metrics"] = json.loads(Path(metrics_path).read_text())
+    return out
