@@ -43,3 +43,16 @@ def run_stage(name, *args, cwd=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", f"stages.{name}", *args], cwd=cwd, env=env,
                           capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def trained_project(tmp_path_factory):
+    """A project copy on which `dvc repro` ran once (20 images per class, 2 epochs): a real
+    models/model.pt, models/model.onnx, metrics/eval.json and plots/confusion.csv. Shared by the
+    predict and serve tests (session scope, one pipeline run); treat it as read-only."""
+    from stages.lib.project import copy_project, dvc
+
+    dest = copy_project(ROOT, tmp_path_factory.mktemp("trained") / "project",
+                        params={"sample.per_class": 20, "train.epochs": 2})
+    dvc(dest, "repro")
+    return dest

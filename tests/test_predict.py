@@ -1,0 +1,211 @@
+"""predict: inputs, per-file errors, exit codes, restart after SIGKILL, agreement with evaluate."""
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from stages.lib.inference import BadImage, read_image, top_k
+from stages.predict import expand, iter_inputs, repair_torn_tail
+from tests.conftest import ROOT, run_stage, write_image
+
+
+def rows_of(path):
+    with open(path, encoding="utf-8") as f:
+        if str(path).endswith(".csv"):
+            return list(csv.DictReader(f))
+        return [json.loads(line) for line in f]
+
+
+# --- unit tests (no model) ---------------------------------------------------------------
+
+def test_inputs_from_folders_globs_and_lists_are_sorted_and_skip_hidden(in_tmp):
+    for rel in ["d/b/2.png", "d/b/1.png", "d/a.png", "d/.hidden.png", "d/.git/x.png", "e/z.png"]:
+        write_image(rel)
+    (in_tmp / "list.txt").write_text("# a comment\ne/z.png\n\nd/b\n")
+    assert list(expand("d")) == ["d/a.png", "d/b/1.png", "d/b/2.png"]
+    assert list(expand("d/**/*.png")) == ["d/a.png", "d/b/1.png", "d/b/2.png"]
+    assert list(iter_inputs(["@list.txt", "./e/z.png"])) == [
+        "e/z.png", "d/b/1.png", "d/b/2.png", "e/z.png"]
+
+
+def test_torn_last_line_is_truncated(tmp_path):
+    out = tmp_path / "p.jsonl"
+    out.write_bytes(b'{"path": "a"}\n{"path": "b"}\n{"path": "c", "lab')
+    assert repair_torn_tail(out) == len(b'{"path": "c", "lab')
+    assert out.read_bytes() == b'{"path": "a"}\n{"path": "b"}\n'
+    assert repair_torn_tail(out) == 0
+    out.write_bytes(b'{"path"')
+    assert repair_torn_tail(out) == 7 and out.read_bytes() == b""
+
+
+def test_read_image_names_each_kind_of_bad_file(tmp_path):
+    good = write_image(tmp_path / "ok.png", size=(20, 10))
+    assert read_image(good, 8, 1).shape == (8, 8, 1)
+    text = tmp_path / "notes.png"
+    text.write_text("not an image")
+    truncated = tmp_path / "cut.png"
+    truncated.write_bytes(good.read_bytes()[:60])
+    cases = [(text, "not_image", 10**6), (truncated, "corrupt", 10**6),
+             (tmp_path / "missing.png", "unreadable", 10**6), (good, "too_large", 199)]
+    for path, kind, max_pixels in cases:
+        with pytest.raises(BadImage) as exc:
+            read_image(path, 8, 1, max_pixels=max_pixels)  # good has 200 pixels
+        assert exc.value.kind == kind, (path, exc.value)
+
+
+def test_top_k_is_sorted_and_starts_with_argmax():
+    logits = np.array([[0.0, 3.0, 1.0], [2.0, 2.0, -1.0]], dtype=np.float32)
+    out = top_k(logits, ["a", "b", "c"], 2)
+    assert [[t["label"] for t in row] for row in out] == [["b", "c"], ["a", "b"]]
+    assert out[0][0]["score"] == pytest.approx(np.exp(3) / (1 + np.exp(3) + np.exp(1)), abs=1e-6)
+
+
+def test_usage_errors_exit_2_and_missing_model_exits_1(in_tmp):
+    write_image("imgs/a.png")
+    proc = run_stage("predict", cwd=in_tmp)
+    assert proc.returncode == 2, proc.stderr
+    proc = run_stage("predict", "no/such/dir", "--model", "m.onnx", cwd=in_tmp)
+    assert proc.returncode == 2 and "no/such/dir" in proc.stderr
+    proc = run_stage("predict", "imgs", "--model", "missing.onnx", cwd=in_tmp)
+    assert proc.returncode == 1 and "missing.onnx not found" in proc.stderr
+    assert not (in_tmp / "predictions.jsonl").exists()
+
+
+# --- with a model trained by the pipeline ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def folder(trained_project, tmp_path_factory):
+    """The trained project's 200 sample images plus 10 bad files (5% of the good ones)."""
+    root = tmp_path_factory.mktemp("predict") / "images"
+    shutil.copytree(trained_project / "data/sample", root)
+    bad = {"0/notes.pgm": b"plain text, not an image\n", "1/empty.pgm": b"",
+           "2/cut.pgm": (root / "2/0002.pgm").read_bytes()[:20]}
+    for i in range(3, 8):
+        bad[f"{i}/garbage{i}.png"] = bytes(range(256)) * 3
+    for rel, data in bad.items():
+        (root / rel).write_bytes(data)
+    write_image(root / "8/huge.png", size=(400, 300))  # over --max-pixels 100000 below
+    write_image(root / "9/wide.png", size=(1000, 101))
+    return root, sorted(["8/huge.png", "9/wide.png", *bad])
+
+
+def predict(cwd, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "stages.predict", *args], cwd=cwd,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def model_args(project, backend="onnxruntime"):
+    model = project / ("models/model.onnx" if backend == "onnxruntime" else "models/model.pt")
+    return ["--model", str(model), "--backend", backend, "--max-pixels", "100000"]
+
+
+@pytest.mark.e2e
+def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project, folder,
+                                                                 tmp_path):
+    root, bad = folder
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    out = tmp_path / "p.jsonl"
+    proc = predict(root, ".", *model_args(trained_project), "--batch-size", "16",
+                   "--out", str(out))
+    assert proc.returncode == 3, proc.stderr  # documented: some inputs failed
+    assert "210 predicted (10 failed)" in proc.stdout
+    rows = rows_of(out)
+    assert sorted(r["path"] for r in rows) == files  # each input exactly once
+    failed = {r["path"]: r["error"] for r in rows if r["error"]}
+    assert sorted(failed) == bad
+    assert failed["0/notes.pgm"].startswith("not_image")
+    assert failed["2/cut.pgm"].startswith("corrupt")
+    assert failed["8/huge.png"].startswith("too_large") and "120000 pixels" in failed["8/huge.png"]
+    assert all(r["label"] == "" and r["score"] is None and r["topk"] == [] for r in rows
+               if r["error"])
+    by_path = {r["path"]: r for r in rows}
+    for r in rows:
+        if not r["error"]:
+            assert r["label"] == r["topk"][0]["label"] and r["score"] == r["topk"][0]["score"]
+            assert len(r["topk"]) == 3
+    confusion = rows_of(trained_project / "plots/confusion.csv")
+    assert len(confusion) > 10
+    for c in confusion:  # the evaluate stage's PyTorch predictions on its test split
+        assert by_path[c["path"]]["label"] == c["predicted"], c
+
+    # PyTorch eager on model.pt, CSV output: same labels, same rows
+    csv_out = tmp_path / "p.csv"
+    proc = predict(root, ".", *model_args(trained_project, "torch"), "--out", str(csv_out))
+    assert proc.returncode == 3, proc.stderr
+    torch_rows = rows_of(csv_out)
+    assert sorted(r["path"] for r in torch_rows) == files
+    for r in torch_rows:
+        assert r["label"] == by_path[r["path"]]["label"]
+        assert bool(r["error"]) == bool(by_path[r["path"]]["error"])
+        if not r["error"]:
+            assert float(r["score"]) == pytest.approx(by_path[r["path"]]["score"], abs=1e-5)
+            assert [t["label"] for t in json.loads(r["topk"])] == [
+                t["label"] for t in by_path[r["path"]]["topk"]]
+
+    # a second run skips everything; --retry-failed re-runs only the (now fixed) bad files
+    proc = predict(root, ".", *model_args(trained_project), "--out", str(out))
+    assert proc.returncode == 3 and "0 predicted" in proc.stdout
+    fixed = tmp_path / "fixed"
+    shutil.copytree(root, fixed)
+    for rel in bad:
+        shutil.copy(root / "0/0000.pgm", fixed / rel)
+    lines_before = out.read_text().splitlines()
+    proc = predict(fixed, "--retry-failed", *model_args(trained_project), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "10 predicted (0 failed)" in proc.stdout
+    rows = rows_of(out)
+    assert sorted(r["path"] for r in rows) == files and not any(r["error"] for r in rows)
+    kept = [line for line in lines_before if '"error": ""' in line]
+    assert out.read_text().splitlines()[:len(kept)] == kept  # good rows untouched
+    for rel in bad:
+        assert by_path["0/0000.pgm"]["topk"] == {r["path"]: r for r in rows}[rel]["topk"]
+
+
+@pytest.mark.e2e
+def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(trained_project / "data/sample", images)
+    files = sorted(str(p.relative_to(tmp_path)) for p in images.rglob("*.pgm"))
+    (tmp_path / "list.txt").write_text("\n".join(files) + "\n")
+    out = tmp_path / "p.jsonl"
+    args = ["@list.txt", *model_args(trained_project), "--batch-size", "4", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "stages.predict", *args], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT),
+                                 "PREDICT_BATCH_DELAY_S": "0.05"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while (not out.exists() or out.read_bytes().count(b"\n") < 40) and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    written = out.read_bytes().count(b"\n")
+    assert 40 <= written < len(files)
+    # a kill can also land mid-write: leave a torn line as such a kill would
+    with open(out, "ab") as f:
+        f.write(b'{"path": "images/9/torn.pgm", "label": "9", "sco')
+
+    done = predict(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert "repaired a torn last line" in done.stderr
+    assert f"{len(files) - written} predicted (0 failed), {written} already in" in done.stdout
+    rows = rows_of(out)
+    assert sorted(r["path"] for r in rows) == files  # exactly once each
+
+    clean = tmp_path / "clean.jsonl"
+    assert predict(tmp_path, *args[:-1], str(clean)).returncode == 0
+    reference = {r["path"]: r for r in rows_of(clean)}
+    for r in rows:  # same predictions as a run that was never interrupted
+        assert r["label"] == reference[r["path"]]["label"]
+        assert r["score"] == pytest.approx(reference[r["path"]]["score"], abs=1e-5)
