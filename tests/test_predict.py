@@ -209,3 +209,18 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
     for r in rows:  # same predictions as a run that was never interrupted
         assert r["label"] == reference[r["path"]]["label"]
         assert r["score"] == pytest.approx(reference[r["path"]]["score"], abs=1e-5)
+
+
+@pytest.mark.e2e
+def test_onnxruntime_path_never_imports_torch(trained_project):
+    code = (
+        "import sys\n"
+        "from stages.lib.inference import load, predict_batch, read_image\n"
+        f"model = load('onnxruntime', {str(trained_project / 'models/model.onnx')!r})\n"
+        f"image = read_image({str(trained_project / 'data/sample/3/0003.pgm')!r}, "
+        "model.image_size, model.channels)\n"
+        "print(predict_batch(model, [image], 2)[0][0]['label'])\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in [str(d) for d in range(10)]
