@@ -2,8 +2,10 @@
 
     python bench/predict.py [--project DIR] [--images 4000] [--batch-size 64] [--requests 800]
 
-Uses DIR/models/model.onnx and DIR/models/model.pt (run `dvc repro` in DIR first) and the
-images under DIR/data/sample (or --images-dir), decoded once and cycled to --images. Prints
+Uses DIR/models/model.onnx and DIR/models/model.pt and the images under DIR/data/sample (or
+--images-dir), decoded once and cycled to --images. Without --project it uses this project
+when `dvc repro` has built its models, else it trains a small copy in a temp directory first
+(20 images per class, 1 epoch: the same architecture, so the same inference cost). Prints
 images/s of both backends on the same uint8 batches (preprocessing included, decoding not),
 their ratio, and the API's requests/s and p50/p99 latency with --concurrency clients posting
 one image each, as a ratio to in-process onnxruntime throughput. Every figure is measured in
@@ -89,8 +91,9 @@ def bench_api(model_path: Path, files: list[Path], requests: int, concurrency: i
 
 
 @click.command()
-@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=ROOT,
-              help="Project whose models/ were built by `dvc repro`.  [default: this one]")
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Project whose models/ were built by `dvc repro`.  [default: this one, or "
+                   "a small trained copy when this one has no models]")
 @click.option("--images-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Images to use.  [default: PROJECT/data/sample]")
 @click.option("--images", "count", default=4000, show_default=True,
@@ -100,9 +103,21 @@ def bench_api(model_path: Path, files: list[Path], requests: int, concurrency: i
 @click.option("--concurrency", default=16, show_default=True, help="Concurrent API clients.")
 def main(project, images_dir, count, batch_size, requests, concurrency):
     """Print images/s of onnxruntime and PyTorch eager, and the API's requests/s and latency."""
+    import tempfile
+
     from stages.lib.inference import load, read_image
     from stages.predict import walk
 
+    scratch = tempfile.TemporaryDirectory()
+    if project is None:
+        project = ROOT
+        if not (ROOT / "models/model.onnx").is_file():
+            from stages.lib.project import copy_project, dvc
+
+            click.echo("no models/ here: training a small copy (20 images per class, 1 epoch)")
+            project = copy_project(ROOT, Path(scratch.name) / "project",
+                                   params={"sample.per_class": 20, "train.epochs": 1})
+            dvc(project, "repro")
     onnx_path, torch_path = project / "models/model.onnx", project / "models/model.pt"
     for path in (onnx_path, torch_path):
         if not path.is_file():

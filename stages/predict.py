@@ -278,7 +278,12 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     with open_output(out, fmt) as f, tqdm(inputs(), total=total, unit="img", disable=None,
                                           desc="predict", dynamic_ncols=True) as bar:
         def flush():
-            rows = predict_rows(model, batch, top_k)
+            try:
+                rows = predict_rows(model, batch, top_k)
+            except Exception as exc:  # the images decoded fine: the model (or its file) is bad
+                raise StageError(f"{model.path}: inference failed on the batch starting at "
+                                 f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
+                                 f"so far are kept; re-run to continue.") from exc
             write_batch(f, rows, fmt)
             for row in rows:
                 counts["failed" if row["error"] else "ok"] += 1
