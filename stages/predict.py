@@ -291,7 +291,10 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
             if delay:
                 time.sleep(delay)
 
+        out_abs = os.path.abspath(out)
         for path in bar:
+            if os.path.abspath(path) == out_abs:  # `predict . --out p.jsonl`: not an input
+                continue
             if path in done or path in failed_before:
                 counts["skipped_failed" if path in failed_before else "skipped"] += 1
                 continue

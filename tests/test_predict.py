@@ -136,12 +136,13 @@ def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project
     for c in confusion:  # the evaluate stage's PyTorch predictions on its test split
         assert by_path[c["path"]]["label"] == c["predicted"], c
 
-    # PyTorch eager on model.pt, CSV output: same labels, same rows
-    csv_out = tmp_path / "p.csv"
+    # PyTorch eager on model.pt, CSV output inside the folder: same labels, same rows
+    csv_out = root / "torch.csv"
     proc = predict(root, ".", *model_args(trained_project, "torch"), "--out", str(csv_out))
     assert proc.returncode == 3, proc.stderr
     torch_rows = rows_of(csv_out)
-    assert sorted(r["path"] for r in torch_rows) == files
+    csv_out.unlink()
+    assert sorted(r["path"] for r in torch_rows) == files  # the output is not an input
     for r in torch_rows:
         assert r["label"] == by_path[r["path"]]["label"]
         assert bool(r["error"]) == bool(by_path[r["path"]]["error"])
