@@ -114,12 +114,12 @@ def torchscript_bytes(model, meta) -> bytes:
     import torch
 
     example = torch.zeros(2, meta["channels"], meta["image_size"], meta["image_size"])
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        traced = torch.jit.trace(model.eval(), example)
     buf = io.BytesIO()
     extra = {k: json.dumps(meta[k]) for k in PREPROCESSING_KEYS}
-    torch.jit.save(traced, buf, _extra_files=extra)
+    # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(model.eval(), example), buf, _extra_files=extra)
     return buf.getvalue()
 
 
@@ -130,7 +130,7 @@ def torchscript_logits(blob: bytes, x, batch_size: int):
     import torch
 
     module = torch.jit.load(io.BytesIO(blob), map_location="cpu")
-    with torch.no_grad():
+    with torch.no_grad():  # one module, fed batch_size images at a time
         return np.concatenate([module(torch.from_numpy(x[i:i + batch_size])).numpy()
                                for i in range(0, len(x), batch_size)])
 
