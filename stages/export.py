@@ -195,6 +195,9 @@ def main(params_path):
     Reads `export.{atol,rtol,parity_samples,parity_batch,torchscript}` from the params file.
     With `export.torchscript: true` it also writes models/torchscript/model.pt behind the same
     gate (the folder is always written, empty when disabled, so DVC's outs stay the same).
+
+    Test hook, never for real runs: PIPELINE_TEST_EXPORT_MEAN_SHIFT=<number> in the environment
+    exports graphs that add <number> to their input, so the parity gate must fail.
     """
     p = load("export", params_path)
     check_params(p)
