@@ -1,10 +1,23 @@
 """Export models/model.pt to a single-file ONNX model and prove it agrees with PyTorch.
 
-The ONNX graph has a dynamic batch axis, input `input` and output `logits`, and carries the
-class names and preprocessing in its metadata. The stage fails when any test image's logits
-differ between PyTorch and onnxruntime by more than `export.atol`.
+The ONNX graph has a dynamic batch axis, input `input` and output `logits`. Its metadata
+(every value JSON-encoded) carries what a consumer needs to feed it: `classes` (in output
+order), `image_size`, `channels`, `mean`, `std`, and where it came from: `code_sha256`,
+`manifest_sha256`, `params_sha256`, `model_sha256`. The git commit is deliberately NOT in the
+file (it would change the bytes of a DVC-cached out with every commit, so `dvc repro` could never
+reproduce dvc.lock); it goes to the run record logs/export.json.
+
+Parity gate: the test images (or the first `export.parity_samples`) go through PyTorch and
+through onnxruntime at batch size 1 and at `export.parity_batch`. An image fails when its largest
+logit difference exceeds `atol + rtol * max|PyTorch logit|` or its top-1 class differs; then the
+stage fails naming the worst image and writes no model file.
+
+Test hook: when the environment variable PIPELINE_TEST_EXPORT_MEAN_SHIFT is set to a number, the
+exported graph adds it to its input (as if normalised with a different mean), so tests can prove
+the gate catches a preprocessing mismatch. Unset, it costs one dict lookup.
 """
 import json
+import os
 from pathlib import Path
 
 import click
@@ -14,11 +27,50 @@ from stages.lib.params import load, params_option
 
 MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
+TORCHSCRIPT_DIR = Path("models/torchscript")
+TORCHSCRIPT = TORCHSCRIPT_DIR / "model.pt"
 METRICS = Path("metrics/export.json")
 TEST_SPLIT = Path("data/split/test.csv")
+MANIFEST = Path("data/manifest.csv")
+# The code that decides the exported bytes: all of it is a dep of the stage in dvc.yaml, so
+# the hash in the metadata is the hash `dvc repro` would reproduce.
+CODE_FILES = ("stages/export.py", "stages/lib/images.py", "stages/lib/models.py",
+              "stages/lib/provenance.py")
+# The params that shaped the model (data, split, preprocessing, training) and its export.
+PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
+PREPROCESSING_KEYS = ("classes", "image_size", "channels", "mean", "std")
+MEAN_SHIFT_ENV = "PIPELINE_TEST_EXPORT_MEAN_SHIFT"
 
 
-def onnx_bytes(model, meta) -> bytes:
+def provenance(params_path) -> dict:
+    """Deterministic hashes of the code, data manifest, params and weights behind the export."""
+    import hashlib
+
+    from stages.lib.provenance import file_sha256, params_hash
+
+    code = hashlib.sha256()
+    for path in sorted(CODE_FILES):
+        code.update(f"{path}\0{file_sha256(path)}\n".encode())
+    params = {s: params_hash(load(s, params_path)) for s in PROVENANCE_PARAMS}
+    return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
+            "params_sha256": params_hash(params), "model_sha256": file_sha256(MODEL)}
+
+
+def with_test_hook(model):
+    """The model to export: unchanged unless the parity-breaking test hook is set."""
+    shift = os.environ.get(MEAN_SHIFT_ENV)
+    if not shift:
+        return model
+    from torch import nn
+
+    class ShiftInput(nn.Module):
+        def forward(self, x):
+            return x + float(shift)
+
+    return nn.Sequential(ShiftInput(), model).eval()
+
+
+def onnx_bytes(model, meta, extra_metadata: dict | None = None) -> bytes:
     """Export to ONNX in memory; metadata holds everything a consumer needs to preprocess."""
     import tempfile
     import warnings
@@ -34,24 +86,105 @@ def onnx_bytes(model, meta) -> bytes:
                           output_names=["logits"], external_data=False, verbose=False,
                           dynamic_shapes=({0: torch.export.Dim("batch")},))
         proto = onnx.load(str(path))
-    for key in ("classes", "image_size", "channels", "mean", "std"):
-        proto.metadata_props.add(key=key, value=json.dumps(meta[key]))
+    metadata = {**{k: meta[k] for k in PREPROCESSING_KEYS}, **(extra_metadata or {})}
+    for key in sorted(metadata):
+        proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        raise StageError(f"export: the ONNX model fails onnx.checker: {exc}") from None
     return proto.SerializeToString()
 
 
-def parity(model, onnx_model: bytes, x) -> tuple[float, int]:
-    """(max |torch - onnxruntime| logit difference, index of the worst image)."""
+def onnx_logits(blob: bytes, x, batch_size: int):
+    """onnxruntime logits of a normalised float32 batch, run batch_size images at a time."""
     import numpy as np
     import onnxruntime as ort
 
-    from stages.lib.models import predict_logits
+    session = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(["logits"], {"input": x[i:i + batch_size]})[0]
+                           for i in range(0, len(x), batch_size)])
 
-    session = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"])
-    ort_logits = np.concatenate([session.run(["logits"], {"input": x[i:i + 64]})[0]
-                                 for i in range(0, len(x), 64)])
-    diff = np.abs(predict_logits(model, x) - ort_logits).max(axis=1)
-    worst = int(diff.argmax())
-    return float(diff[worst]), worst
+
+def torchscript_bytes(model, meta) -> bytes:
+    """A traced TorchScript module with the same preprocessing metadata as extra files."""
+    import io
+    import warnings
+
+    import torch
+
+    example = torch.zeros(2, meta["channels"], meta["image_size"], meta["image_size"])
+    buf = io.BytesIO()
+    extra = {k: json.dumps(meta[k]) for k in PREPROCESSING_KEYS}
+    # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(model.eval(), example), buf, _extra_files=extra)
+    return buf.getvalue()
+
+
+def torchscript_logits(blob: bytes, x, batch_size: int):
+    import io
+
+    import numpy as np
+    import torch
+
+    module = torch.jit.load(io.BytesIO(blob), map_location="cpu")
+    with torch.no_grad():  # one module, fed batch_size images at a time
+        return np.concatenate([module(torch.from_numpy(x[i:i + batch_size])).numpy()
+                               for i in range(0, len(x), batch_size)])
+
+
+def compare(reference, candidate, atol: float, rtol: float) -> dict:
+    """Per-image comparison of two N x classes logit arrays (numpy arrays of length N).
+
+    abs: max |candidate - reference|; rel: abs / max |reference|; excess: abs beyond the
+    tolerance atol + rtol * max |reference| (> 0 fails); agree: same top-1 class.
+    """
+    import numpy as np
+
+    abs_diff = np.abs(candidate.astype(np.float64) - reference).max(axis=1)
+    scale = np.abs(reference.astype(np.float64)).max(axis=1)
+    return {"abs": abs_diff, "rel": abs_diff / np.maximum(scale, np.finfo(np.float64).tiny),
+            "excess": abs_diff - (atol + rtol * scale),
+            "agree": candidate.argmax(1) == reference.argmax(1)}
+
+
+def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str):
+    """(metrics, error message or "") comparing PyTorch logits with each batch size's run."""
+    import numpy as np
+
+    per_batch = {b: compare(reference, logits, atol, rtol) for b, logits in sorted(runs.items())}
+    abs_diff = np.max([c["abs"] for c in per_batch.values()], axis=0)
+    rel_diff = np.max([c["rel"] for c in per_batch.values()], axis=0)
+    excess = np.max([c["excess"] for c in per_batch.values()], axis=0)
+    agree = np.all([c["agree"] for c in per_batch.values()], axis=0)
+    metrics = {"max_abs_diff": float(abs_diff.max()), "max_rel_diff": float(rel_diff.max()),
+               "top1_agreement": float(agree.mean()), "batch_sizes": sorted(runs),
+               "samples": len(reference)}
+    failing = (excess > 0) | ~agree
+    if not failing.any():
+        return metrics, ""
+    # The worst image: a top-1 disagreement beats any logit difference; then the largest excess.
+    worst = int(np.lexsort((-excess, agree))[0])
+    batch = max(per_batch, key=lambda b: per_batch[b]["excess"][worst])
+    top1 = (f"top-1 {int(reference[worst].argmax())} in PyTorch vs "
+            f"{int(runs[batch][worst].argmax())} in {what}")
+    return metrics, (
+        f"export: {what} disagrees with PyTorch on {int(failing.sum())} of {len(failing)} test "
+        f"images. Worst image: {paths[worst]} (batch size {batch}: max |logit diff| "
+        f"{abs_diff[worst]:.3g}, allowed {abs_diff[worst] - excess[worst]:.3g} = export.atol "
+        f"{atol:g} + export.rtol {rtol:g} * max|logit|; {top1}). "
+        f"A preprocessing or normalisation mismatch between the exported graph and the model "
+        f"is the usual cause.")
+
+
+def check_params(p) -> None:
+    for key in ("atol", "rtol", "parity_samples"):
+        if getattr(p, key) < 0:
+            raise StageError(f"export.{key} must be 0 or more, got {getattr(p, key)}.")
+    if p.parity_batch < 1:
+        raise StageError(f"export.parity_batch must be at least 1, got {p.parity_batch}.")
 
 
 @click.command()
@@ -59,24 +192,57 @@ def parity(model, onnx_model: bytes, x) -> tuple[float, int]:
 def main(params_path):
     """Write models/model.onnx and metrics/export.json; fail when ONNX disagrees with PyTorch.
 
-    Reads `export.atol` from the params file.
+    Reads `export.{atol,rtol,parity_samples,parity_batch,torchscript}` from the params file.
+    With `export.torchscript: true` it also writes models/torchscript/model.pt behind the same
+    gate (the folder is always written, empty when disabled, so DVC's outs stay the same).
+
+    Test hook, never for real runs: PIPELINE_TEST_EXPORT_MEAN_SHIFT=<number> in the environment
+    exports graphs that add <number> to their input, so the parity gate must fail.
     """
     p = load("export", params_path)
+    check_params(p)
     from stages.lib.images import load_processed
-    from stages.lib.models import load_model
+    from stages.lib.models import load_model, predict_logits
+    from stages.lib.provenance import run_record, write_run_record
 
     model, meta = load_model(MODEL)
     x, _, _ = load_processed("test")
-    blob = onnx_bytes(model, meta)
-    max_diff, worst = parity(model, blob, x)
     paths = [r["path"] for r in read_csv(TEST_SPLIT)]
-    write_json(METRICS, {"max_abs_diff": max_diff, "samples": len(x), "atol": p.atol})
-    if not max_diff <= p.atol:
-        raise StageError(
-            f"export: ONNX logits differ from PyTorch by {max_diff:.3g} (> export.atol "
-            f"{p.atol:g}); worst image: {paths[worst]}. models/model.onnx was not written.")
+    if len(paths) != len(x) or not len(x):
+        raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
+                         f"{len(x)} test images: run `dvc repro` to rebuild them.")
+    if p.parity_samples:
+        x, paths = x[:p.parity_samples], paths[:p.parity_samples]
+    exported = with_test_hook(model)
+    origin = provenance(params_path)
+    blob = onnx_bytes(exported, meta, origin)
+    reference = predict_logits(model, x, p.parity_batch)
+    batches = sorted({1, p.parity_batch})
+    metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b) for b in batches},
+                                 p.atol, p.rtol, paths, "ONNX (onnxruntime)")
+    metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
+    ts_blob = b""
+    if p.torchscript:
+        ts_blob = torchscript_bytes(exported, meta)
+        ts_metrics, ts_error = parity_gate(
+            reference, {b: torchscript_logits(ts_blob, x, b) for b in batches},
+            p.atol, p.rtol, paths, "TorchScript")
+        metrics["torchscript"].update(ts_metrics)
+        error = error or ts_error
+    write_json(METRICS, metrics)
+    write_run_record("export", {**run_record("export", p), "provenance": origin,
+                                "metrics": metrics, "passed": not error})
+    if error:
+        raise StageError(f"{error} {ONNX} was not written.")
     write_bytes(ONNX, blob)
-    click.echo(f"export: {ONNX} ({len(blob)} bytes), max |diff| {max_diff:.2e} on {len(x)} images")
+    TORCHSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
+    if ts_blob:
+        write_bytes(TORCHSCRIPT, ts_blob)
+    else:
+        TORCHSCRIPT.unlink(missing_ok=True)
+    click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {batches}: max |diff| "
+               f"{metrics['max_abs_diff']:.2e}, top-1 agreement {metrics['top1_agreement']:.3f} "
+               f"on {len(x)} images" + (f"; also {TORCHSCRIPT}" if ts_blob else ""))
 
 
 if __name__ == "__main__":

@@ -66,11 +66,17 @@ class Train:
 @dataclass(frozen=True)
 class Evaluate:
     batch_size: int = 256
+    bad_cases: int = 16  # misclassified images shown in plots/bad_cases.png, worst first
+    calibration_bins: int = 15  # equal-width confidence bins of the expected calibration error
 
 
 @dataclass(frozen=True)
 class Export:
-    atol: float = 0.0001  # max |logit(PyTorch) - logit(onnxruntime)| allowed
+    atol: float = 0.0001  # an image fails when max|logit diff| > atol + rtol * max|logit|
+    rtol: float = 0.0001
+    parity_samples: int = 0  # test images checked for parity (first N of test.csv); 0 = all
+    parity_batch: int = 64  # the larger batch size tried besides batch size 1
+    torchscript: bool = False  # also write models/torchscript/model.pt, behind the same gate
 
 
 SECTIONS = {

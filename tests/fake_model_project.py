@@ -1,0 +1,57 @@
+"""A tiny project state after `train`: real image files, the test split, data/processed and an
+untrained (seeded) model.pt, so evaluate and export can run as subprocesses in seconds."""
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import ROOT, write_image
+
+CLASSES = ["cat", "dog", "eel"]
+META = {"classes": CLASSES, "image_size": 8, "channels": 1, "mean": [0.5], "std": [0.5]}
+PER_CLASS = 4
+
+
+def make_fake_project(root) -> Path:
+    import torch
+
+    from stages.lib.images import load_image
+    from stages.lib.models import build_model, save_model
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+    rows = []
+    for c, name in enumerate(CLASSES):
+        for i in range(PER_CLASS):
+            rel = f"{name}/{i:02d}.png"
+            write_image(root / "data/source" / rel, size=(20, 20), seed=10 * c + i)
+            rows.append({"path": rel, "label": name})
+    (root / "data/split").mkdir(parents=True)
+    with open(root / "data/split/test.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, ["path", "label"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    (root / "data/manifest.csv").write_text("path,label\n" + "".join(
+        f"{r['path']},{r['label']}\n" for r in rows))
+    processed = root / "data/processed"
+    processed.mkdir(parents=True)
+    x = np.stack([load_image(root / "data/source" / r["path"], 8, 1) for r in rows])
+    y = np.array([CLASSES.index(r["label"]) for r in rows], dtype=np.int64)
+    for name, arr in (("test_x", x), ("test_y", y)):
+        buf = io.BytesIO()
+        np.save(buf, arr, allow_pickle=False)
+        (processed / f"{name}.npy").write_bytes(buf.getvalue())
+    (processed / "meta.json").write_text(json.dumps(META))
+    torch.manual_seed(0)
+    model = build_model("small_cnn", len(CLASSES), 1).eval()
+    save_model(root / "models/model.pt", model, {**META, "model": "small_cnn"})
+    return root
+
+
+def read_rows(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))

@@ -1,0 +1,56 @@
+"""End to end: `dvc exp run` on a tiny config; `dvc exp show` compares evaluation and parity."""
+import csv
+import json
+
+import pytest
+
+from stages.lib.project import copy_project, dvc
+from tests.conftest import ROOT
+from tests.test_export import consume, torch_top1
+
+pytestmark = pytest.mark.e2e
+
+HEADLINE = ["accuracy", "balanced_accuracy", "f1_macro", "f1_weighted", "precision_macro",
+            "recall_macro", "ece", "top5_accuracy"]
+PARITY = ["max_abs_diff", "max_rel_diff", "top1_agreement"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = copy_project(ROOT, tmp_path_factory.mktemp("e2e-eval") / "project",
+                        params={"sample.per_class": 20, "train.epochs": 1})
+    dvc(root, "exp", "run", "-n", "tiny")
+    return root
+
+
+def test_exp_show_lists_eval_headline_and_export_parity(repo):
+    """Acceptance 4."""
+    rows = list(csv.DictReader(dvc(repo, "exp", "show", "--csv").stdout.splitlines()))
+    (tiny,) = [r for r in rows if r["Experiment"] == "tiny"]
+    for column in HEADLINE + PARITY:
+        assert column in tiny, sorted(tiny)
+        assert tiny[column] != "", column
+    assert 0 <= float(tiny["accuracy"]) <= 1 and 0 <= float(tiny["ece"]) <= 1
+    assert float(tiny["top1_agreement"]) == 1.0
+    assert float(tiny["max_abs_diff"]) <= float(tiny["export.atol"])
+
+
+def test_outputs_declared_in_dvc_are_written_and_plots_resolve(repo, tmp_path):
+    for out in ("metrics/eval_per_class.json", "plots/bad_cases.csv", "plots/bad_cases.png",
+                "plots/confusion.png", "plots/per_class_f1.csv", "models/model.onnx"):
+        assert (repo / out).is_file(), out
+    assert (repo / "models/torchscript").is_dir()
+    shown = json.loads(dvc(repo, "plots", "show", "--json", "-o", str(tmp_path)).stdout)["data"]
+    for plot, kind in (("plots/confusion.csv", "vega"), ("plots/per_class_f1.csv", "vega"),
+                       ("plots/confusion.png", "image"), ("plots/bad_cases.png", "image")):
+        assert shown[plot][0]["type"] == kind, plot
+    assert "up to date" in dvc(repo, "status").stdout
+
+
+def test_real_model_onnx_alone_agrees_with_pytorch_on_test_images(repo):
+    """Acceptance 3 on the pipeline's own model and test images."""
+    with open(repo / "data/split/test.csv", newline="") as f:
+        images = [repo / "data/sample" / r["path"] for r in csv.DictReader(f)]
+    got = consume(repo / "models/model.onnx", images)
+    assert got["heavy"] == []
+    assert got["top1"] == torch_top1(repo / "models/model.pt", images)
