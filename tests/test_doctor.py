@@ -14,6 +14,17 @@ def test_installed_environment_matches_requirements_lock():
     assert [(f.level, f.message) for f in findings if f.level != OK] == []
 
 
+def test_run_record_holds_the_lock_files_sha256(in_tmp):
+    import hashlib
+    import shutil
+
+    from stages.lib.provenance import run_record
+
+    shutil.copy(ROOT / "requirements.lock", in_tmp / "requirements.lock")
+    digest = hashlib.sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()
+    assert run_record("train", {})["requirements_lock_sha256"] == digest
+
+
 def test_read_lock_normalises_names():
     assert read_lock(ROOT / "requirements.lock")["torch"] == "2.14.1"
     assert "great-expectations" in read_lock(ROOT / "requirements.lock")
