@@ -101,6 +101,16 @@ def upstream(dvc_yaml: dict, lock: dict, targets) -> set[str]:
     return wanted
 
 
+def preflight(clone: Path) -> None:
+    """Fail in seconds, naming the setting to fix, when the remote is unreachable."""
+    from stages.doctor import FAIL, remote_findings
+    from stages.lib.io import StageError
+
+    for f in remote_findings(clone):
+        if f.level == FAIL:
+            raise StageError(f"verify --pull: remote {f.message}\n  fix: {f.fix}")
+
+
 def prepare_clone(root: Path, rev: str, clone: Path, pull: bool) -> str:
     """Clone root at rev into clone and get its `dvc add`ed inputs; return the commit sha."""
     from stages.lib.io import StageError
@@ -122,6 +132,7 @@ def prepare_clone(root: Path, rev: str, clone: Path, pull: bool) -> str:
     if not tracked:
         return sha
     if pull:
+        preflight(clone)
         proc, source = dvc(clone, "pull", *tracked, check=False), "the DVC remote"
     else:
         # This working copy's cache has the remote layout (files/md5/..): read it as a remote,

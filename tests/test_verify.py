@@ -1,5 +1,6 @@
 """verify: re-run a committed tiny project in a clean clone and compare it with its dvc.lock."""
 import re
+import shutil
 import subprocess
 import sys
 
@@ -92,3 +93,23 @@ def test_param_committed_without_rerun_fails_naming_the_model(tiny):
     assert found["data/processed"] == IDENTICAL  # upstream still matches
     assert "evaluate" not in proc.stdout  # only train and what it depends on
     assert "not identical: " in proc.stdout and "models/model.pt" in proc.stdout.splitlines()[-1]
+
+
+@pytest.mark.e2e
+def test_dvc_added_inputs_come_from_the_cache_or_with_pull_from_the_remote(tiny, tmp_path):
+    shutil.copytree(tiny / "data/sample", tiny / "data/raw")
+    dvc(tiny, "add", "data/raw")
+    set_params(tiny, {"data.source": "data/raw"})
+    dvc(tiny, "repro", "ingest")
+    dvc(tiny, "remote", "add", "-d", "shared", str(tmp_path / "store"))
+    dvc(tiny, "push", "data/raw.dvc")
+    git(tiny, "add", "-A")
+    git(tiny, "commit", "-qm", "own data in data/raw")
+    for args in ([], ["--pull"]):
+        proc = verify(tiny, "--stages", "ingest", *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert rows(proc) == {"data/manifest.csv": IDENTICAL}
+    shutil.rmtree(tmp_path / "store")
+    proc = verify(tiny, "--stages", "ingest", "--pull")
+    assert proc.returncode == 1
+    assert "does not exist" in proc.stderr and "fix: mkdir -p" in proc.stderr
