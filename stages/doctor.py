@@ -220,9 +220,10 @@ def s3_findings(name, conf, timeout) -> list[Finding]:
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("404", "NoSuchBucket"):
-            return [Finding(FAIL, "remote", f"{where}: bucket '{bucket}' does not exist",
-                            f"create it, or fix the URL: dvc remote modify {name} url "
-                            "s3://BUCKET/PATH")]
+            return [Finding(FAIL, "remote", f"{where}: no bucket '{bucket}' there (or the "
+                            "endpoint is not an S3 server)", f"create the bucket, or fix the "
+                            f"URL: dvc remote modify {name} url s3://BUCKET/PATH (or "
+                            f"endpointurl)")]
         if code in ("403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
             return [Finding(FAIL, "remote", f"{where}: credentials from {source} were refused "
                             f"({code})", creds_fix)]

@@ -61,6 +61,18 @@ def test_unknown_rev_is_a_clear_error():
     assert "--rev no-such-branch-xyz is not a commit" in proc.stderr
 
 
+@pytest.mark.e2e
+def test_committed_lock_reproduces_bit_identically_before_train():
+    """The acceptance claim on this project's own committed dvc.lock (default params)."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = verify(ROOT, "--stages", "prepare")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = rows(proc)
+    assert set(found.values()) == {IDENTICAL}
+    assert {"data/sample", "data/manifest.csv", "data/split", "data/processed"} <= set(found)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = copy_project(ROOT, tmp_path_factory.mktemp("verify") / "project",
