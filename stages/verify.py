@@ -7,6 +7,7 @@ committed dvc.lock. Where an out differs, the stage's metrics files tell whether
 is floating-point noise (metrics equal within --tol) or a real change.
 """
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ IDENTICAL = "bit-identical"
 WITHIN_TOL = "metrics equal within tolerance"
 DIFFERENT = "different"
 MISSING = "missing"
+NOT_RUN = "not re-run"
 
 
 def metrics_close(expected, got, tol: float) -> bool:
@@ -63,16 +65,18 @@ def verdict(stage, expected, got, dvc_yaml, committed_metrics, clone, tol) -> st
 
 
 def compare(committed: dict, produced: dict, dvc_yaml: dict, committed_metrics: dict, clone,
-            tol: float, stages=None) -> list[dict]:
-    """One row per out of the committed dvc.lock (of the selected stages)."""
+            tol: float, ran: set, stages=None) -> list[dict]:
+    """One row per out of the committed dvc.lock (of the selected stages). A stage DVC did not
+    run has its committed hashes still in dvc.lock: it proves nothing, so it is not identical."""
     rows = []
     for (stage, out), expected in committed.items():  # dvc.lock order: the pipeline's
         if stages and stage not in stages:
             continue
         got = produced.get((stage, out))
+        result = verdict(stage, expected, got, dvc_yaml, committed_metrics, clone, tol) \
+            if stage in ran else NOT_RUN
         rows.append({"stage": stage, "out": out, "expected": expected, "got": got or "-",
-                     "verdict": verdict(stage, expected, got, dvc_yaml, committed_metrics,
-                                        clone, tol)})
+                     "verdict": result})
     return rows
 
 
@@ -165,7 +169,8 @@ def main(rev, pull, stage_args, tol, keep):
     Prints one row per out (stage, out, expected, got, verdict) and exits 1 when any out is
     not bit-identical. Verdicts: bit-identical; metrics equal within tolerance (the out's bytes
     differ but the stage's metrics agree to --tol: floating-point noise, e.g. another CPU);
-    different; missing. Uncommitted changes in the working copy are not part of REV.
+    different; missing; not re-run (DVC skipped the stage). Uncommitted changes in the working
+    copy are not part of REV.
     """
     import json
 
@@ -203,8 +208,9 @@ def main(rev, pull, stage_args, tol, keep):
         if proc.returncode != 0:
             raise StageError(f"verify: `dvc repro` failed at {sha[:12]}:\n"
                              f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+        ran = set(re.findall(r"Running stage '([^']+)'", proc.stdout))
         rows = compare(committed, lock_hashes(clone), dvc_yaml, committed_metrics, clone, tol,
-                       selected)
+                       ran, selected)
     finally:
         if keep:
             click.echo(f"verify: kept {clone}", err=True)

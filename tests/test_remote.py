@@ -1,18 +1,23 @@
-"""Remotes: the data, model and experiments of a commit travel to a fresh clone elsewhere.
+"""Remotes and verify: a commit's data, model and experiments travel to a fresh clone, and
+`verify` proves a clean clone reproduces them.
 
 A real S3-protocol server (moto) listens on loopback; DVC talks to it through dvc-s3 exactly as
-it would to AWS or MinIO. The tests run in file order and share one pushed project.
+it would to AWS or MinIO. The tests run in file order and share one committed, pushed tiny run
+(one `dvc repro` for the whole module).
 """
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from stages.lib.project import copy_project, dvc, git, lock_hashes
+from stages.lib.project import copy_project, dvc, git, lock_hashes, set_params
+from stages.verify import DIFFERENT, IDENTICAL
 from tests.conftest import ROOT
+from tests.test_verify import rows, verify
 
 pytestmark = pytest.mark.e2e
 
@@ -120,6 +125,14 @@ def test_push_clone_pull_gives_the_exact_outs(pushed, tmp_path, monkeypatch):
     assert abs(accuracy - evaluated) <= 1 / n
 
 
+def test_verify_reproduces_every_out_bit_identically(pushed):
+    proc = verify(pushed)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = rows(proc)
+    assert set(found) == {out for (_, out) in lock_hashes(pushed)}
+    assert "models/model.onnx" in found and set(found.values()) == {IDENTICAL}
+
+
 def test_experiment_travels_through_git_and_dvc_remotes(pushed, tmp_path, monkeypatch):
     dvc(pushed, "exp", "run", "-S", "train.lr=0.02", "-n", "fast-lr")
     expected = {"lock": lock_hashes(pushed),
@@ -158,3 +171,37 @@ def test_doctor_names_missing_credentials(pushed, monkeypatch, tmp_path):
     assert "dvc remote modify --local s3 access_key_id" in findings[0].fix
     assert "AWS_ACCESS_KEY_ID" in findings[0].fix
     assert os.environ.get("AWS_ACCESS_KEY_ID") is None
+
+
+def test_verify_fails_naming_the_out_of_a_param_committed_without_rerun(pushed):
+    git(pushed, "reset", "-q", "--hard")  # drop the experiment applied above
+    # params.yaml now says lr 0.05 but dvc.lock still holds the model trained with the default.
+    set_params(pushed, {"train.lr": 0.05})
+    git(pushed, "commit", "-qam", "lr changed, pipeline not re-run")
+    proc = verify(pushed, "--stages", "train")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = rows(proc)
+    assert found["models/model.pt"] == DIFFERENT
+    assert found["data/processed"] == IDENTICAL  # upstream still matches
+    assert "evaluate" not in proc.stdout  # only train and what it depends on
+    assert "not identical: " in proc.stdout and "models/model.pt" in proc.stdout.splitlines()[-1]
+
+
+def test_verify_gets_dvc_added_inputs_from_the_cache_or_with_pull_from_the_remote(
+        pushed, tmp_path):
+    shutil.copytree(pushed / "data/sample", pushed / "data/raw")
+    dvc(pushed, "add", "data/raw")
+    set_params(pushed, {"data.source": "data/raw"})
+    dvc(pushed, "repro", "ingest")
+    dvc(pushed, "remote", "add", "-d", "shared", str(tmp_path / "store"))
+    dvc(pushed, "push", "data/raw.dvc")
+    git(pushed, "add", "-A")
+    git(pushed, "commit", "-qm", "own data in data/raw, directory remote")
+    for args in ([], ["--pull"]):
+        proc = verify(pushed, "--stages", "ingest", *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert rows(proc) == {"data/manifest.csv": IDENTICAL}
+    shutil.rmtree(tmp_path / "store")
+    proc = verify(pushed, "--stages", "ingest", "--pull")
+    assert proc.returncode == 1
+    assert "does not exist" in proc.stderr and "fix: mkdir -p" in proc.stderr
