@@ -1,0 +1,300 @@
+"""Check that this machine can run the pipeline and reproduce its results, and say how to fix it.
+
+Not a DVC stage: a tool to run on a new machine (or when something fails) from the project root.
+Each check yields findings: OK, WARN (the run works but may not reproduce the committed bits,
+or something is worth knowing) or FAIL (blocks a run: a stage would crash, the outs do not fit
+on disk, or `dvc pull`/`dvc push` cannot reach the remote). Every WARN and FAIL carries the
+command that fixes it. The exit code is 1 when anything FAILs, else 0.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+LOCK_FIX = "pip install -r requirements.lock"
+
+
+@dataclass
+class Finding:
+    level: str
+    check: str
+    message: str
+    fix: str = ""
+
+
+def canonical(name: str) -> str:
+    """PEP 503 name: `Foo_Bar.baz` and `foo-bar-baz` are the same package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(path) -> dict[str, str]:
+    """{canonical name: version} of every `name==version` line of a requirements lock file."""
+    pins = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            name = name.split("[", 1)[0].split(";", 1)[0].strip()
+            pins[canonical(name)] = version.split(";", 1)[0].strip()
+    return pins
+
+
+def installed_packages() -> dict[str, str]:
+    """{canonical name: version} of every distribution importable by this interpreter."""
+    from importlib import metadata
+
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(canonical(name), dist.version)
+    return found
+
+
+def lock_findings(lock_path) -> list[Finding]:
+    """Every package of the lock file that is missing (FAIL) or at another version (WARN)."""
+    lock_path = Path(lock_path)
+    lock_fix = f"pip install -r {lock_path}"
+    if not lock_path.is_file():
+        return [Finding(FAIL, "packages", f"{lock_path} not found",
+                        "run from the project root, or pass --lock PATH")]
+    pins, have = read_lock(lock_path), installed_packages()
+    findings = []
+    for name, version in sorted(pins.items()):
+        if name not in have:
+            findings.append(Finding(FAIL, "packages", f"{name}=={version} is not installed",
+                                    lock_fix))
+        elif have[name] != version:
+            findings.append(Finding(WARN, "packages", f"{name} {have[name]} is installed, "
+                                    f"{lock_path.name} pins {version}", lock_fix))
+    if not findings:
+        findings.append(Finding(OK, "packages", f"all {len(pins)} packages match {lock_path}"))
+    return findings
+
+
+def python_findings() -> list[Finding]:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info[:2] != (3, 11):
+        return [Finding(FAIL, "python", f"Python {version}; the lock file is for Python 3.11",
+                        "python3.11 -m venv .venv && . .venv/bin/activate && "
+                        "pip install -r requirements.lock -e .")]
+    return [Finding(OK, "python", f"Python {version} ({sys.executable})")]
+
+
+def torch_findings() -> list[Finding]:
+    try:
+        import torch
+    except ImportError:
+        return [Finding(FAIL, "torch", "torch cannot be imported", LOCK_FIX)]
+    cuda = torch.version.cuda or "none (CPU-only build)"
+    findings = [Finding(OK, "torch", f"torch {torch.__version__}, CUDA build {cuda}, "
+                        f"{torch.get_num_threads()} CPU threads")]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            findings.append(Finding(OK, "gpu", f"cuda:{i} {props.name}, "
+                                    f"{props.total_memory / 2**30:.1f} GiB"))
+    else:
+        findings.append(Finding(OK, "gpu", "no GPU visible: the pipeline runs on CPU"))
+    return findings
+
+
+def outs_size(root) -> int:
+    """Bytes of every out recorded in dvc.lock."""
+    import yaml
+
+    lock = Path(root) / "dvc.lock"
+    if not lock.is_file():
+        return 0
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {})
+    return sum(out.get("size", 0) for entry in stages.values() for out in entry.get("outs", []))
+
+
+def disk_findings(root) -> list[Finding]:
+    # The workspace copy and the DVC cache copy of every out (DVC copies by default).
+    need, free = 2 * outs_size(root), shutil.disk_usage(root).free
+    if free < need:
+        return [Finding(FAIL, "disk", f"{free / 2**20:.0f} MiB free, the outs in dvc.lock need "
+                        f"{need / 2**20:.0f} MiB (workspace + DVC cache)",
+                        "free space here, or move the cache: dvc cache dir /a/bigger/disk")]
+    return [Finding(OK, "disk", f"{free / 2**30:.1f} GiB free, the outs need "
+                    f"{need / 2**20:.1f} MiB (workspace + DVC cache)")]
+
+
+def dvc_config(root) -> dict:
+    """DVC's merged config (system, global, repo and .dvc/config.local)."""
+    from dvc.config import Config
+
+    dvc_dir = str(Path(root).resolve() / ".dvc")
+    return Config(dvc_dir=dvc_dir, local_dvc_dir=dvc_dir)
+
+
+def remote_findings(root, name=None, timeout: float = 5.0) -> list[Finding]:
+    """Is the DVC remote (the default one unless named) configured, reachable and usable?"""
+    config = dvc_config(root)
+    name = name or config.get("core", {}).get("remote")
+    remotes = config.get("remote", {})
+    if not name:
+        return [Finding(WARN, "remote", "no default DVC remote: `dvc push`/`dvc pull` have "
+                        "nowhere to go", "dvc remote add -d storage s3://bucket/path  "
+                        "(or a directory: dvc remote add -d storage /mnt/shared/dvc)")]
+    if name not in remotes:
+        return [Finding(FAIL, "remote", f"DVC remote '{name}' is not configured",
+                        f"dvc remote add {name} URL   (or dvc remote list)")]
+    conf = dict(remotes[name])
+    url = conf.get("url", "")
+    if url.startswith("s3://"):
+        return s3_findings(name, conf, timeout)
+    if "://" not in url:
+        return directory_findings(root, name, url)
+    return [Finding(OK, "remote", f"'{name}' ({url}): not checked (only S3 and directory "
+                    "remotes are); try `dvc push`")]
+
+
+def directory_findings(root, name, url) -> list[Finding]:
+    path = Path(root) / ".dvc" / url if not Path(url).is_absolute() else Path(url)
+    if not path.is_dir():
+        return [Finding(FAIL, "remote", f"'{name}': directory {url} does not exist",
+                        f"mkdir -p {url}   (or point the remote elsewhere: "
+                        f"dvc remote modify {name} url /path)")]
+    if not os.access(path, os.W_OK):
+        return [Finding(WARN, "remote", f"'{name}': directory {url} is read-only for you: "
+                        "`dvc pull` works, `dvc push` does not", f"chmod u+w {url}")]
+    return [Finding(OK, "remote", f"'{name}': directory {url} is writable")]
+
+
+def s3_credentials(conf) -> str:
+    """Where the S3 credentials come from, or "" when there are none."""
+    if conf.get("access_key_id") and conf.get("secret_access_key"):
+        return "the DVC remote config"
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        return "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    import botocore.session
+
+    # Never let botocore wait on the EC2 metadata endpoint (a timeout off EC2).
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    session = botocore.session.Session(profile=conf.get("profile"))
+    if conf.get("credentialpath"):
+        session.set_config_variable("credentials_file", conf["credentialpath"])
+    try:
+        creds = session.get_credentials()
+    except Exception:  # a broken profile is as good as no credentials here
+        creds = None
+    return f"botocore ({creds.method})" if creds else ""
+
+
+def s3_findings(name, conf, timeout) -> list[Finding]:
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+    url, endpoint = conf["url"], conf.get("endpointurl")
+    bucket = url[len("s3://"):].split("/", 1)[0]
+    where = f"'{name}' ({url}{' at ' + endpoint if endpoint else ''})"
+    creds_fix = (f"dvc remote modify --local {name} access_key_id KEY && "
+                 f"dvc remote modify --local {name} secret_access_key SECRET   "
+                 "(or export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...)")
+    source = s3_credentials(conf)
+    if not source:
+        return [Finding(FAIL, "remote", f"{where}: no S3 credentials found", creds_fix)]
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, region_name=conf.get("region") or "us-east-1",
+        aws_access_key_id=conf.get("access_key_id"),
+        aws_secret_access_key=conf.get("secret_access_key"),
+        config=Config(connect_timeout=timeout, read_timeout=timeout,
+                      retries={"max_attempts": 1, "mode": "standard"}))
+    endpoint_fix = f"dvc remote modify {name} endpointurl http://HOST:PORT"
+    try:
+        client.head_bucket(Bucket=bucket)
+    except (EndpointConnectionError, ConnectionError) as exc:
+        return [Finding(FAIL, "remote", f"{where}: cannot connect ({type(exc).__name__}); is "
+                        "the endpointurl right and the server up?", endpoint_fix)]
+    except NoCredentialsError:
+        return [Finding(FAIL, "remote", f"{where}: no S3 credentials found", creds_fix)]
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("404", "NoSuchBucket"):
+            return [Finding(FAIL, "remote", f"{where}: no bucket '{bucket}' there (or the "
+                            "endpoint is not an S3 server)", f"create the bucket, or fix the "
+                            f"URL: dvc remote modify {name} url s3://BUCKET/PATH (or "
+                            f"endpointurl)")]
+        if code in ("403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
+            return [Finding(FAIL, "remote", f"{where}: credentials from {source} were refused "
+                            f"({code})", creds_fix)]
+        return [Finding(FAIL, "remote", f"{where}: {exc}", endpoint_fix)]
+    except Exception as exc:  # timeouts, TLS, malformed endpoint: botocore has many classes
+        return [Finding(FAIL, "remote", f"{where}: {type(exc).__name__}: {exc}", endpoint_fix)]
+    return [Finding(OK, "remote", f"{where}: reachable, bucket found, credentials from {source}")]
+
+
+def git_findings(root) -> list[Finding]:
+    proc = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        return [Finding(WARN, "git", "not a git repository: results cannot be traced to a "
+                        "commit", "git clone the project instead of copying it")]
+    changed = proc.stdout.splitlines()
+    if changed:
+        shown = ", ".join(line[3:] for line in changed[:5]) + (" ..." if len(changed) > 5 else "")
+        return [Finding(WARN, "git", f"{len(changed)} uncommitted change(s): {shown}; a run "
+                        "now is not traceable to a commit", "git add -A && git commit "
+                        "(or git stash)")]
+    return [Finding(OK, "git", "working tree clean")]
+
+
+def dvc_status_findings(root) -> list[Finding]:
+    from stages.lib.project import dvc
+
+    proc = dvc(root, "status", check=False)
+    text = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        return [Finding(FAIL, "dvc status", text.splitlines()[-1] if text else "failed",
+                        "dvc doctor   (DVC's own environment report)")]
+    if "up to date" in text:
+        return [Finding(OK, "dvc status", "pipeline up to date with dvc.lock")]
+    changed = sorted(set(re.findall(r"^(\w[\w-]*):", text, flags=re.M)))
+    return [Finding(WARN, "dvc status", f"not up to date: {', '.join(changed) or text[:200]}",
+                    "dvc pull   (get the committed outs), then dvc repro")]
+
+
+@click.command()
+@click.option("--lock", "lock_path", default="requirements.lock", show_default=True,
+              type=click.Path(dir_okay=False), help="Lock file to compare the installed "
+              "packages with.")
+@click.option("--remote", default=None, help="DVC remote to check (default: the default remote).")
+@click.option("--timeout", default=5.0, show_default=True,
+              help="Seconds to wait for the remote to answer before calling it unreachable.")
+def main(lock_path, remote, timeout):
+    """Check Python, packages (against the lock file), torch/CUDA and GPUs, free disk, the DVC
+    remote (reachable, credentials), the git tree and `dvc status`; print each problem with the
+    command that fixes it.
+
+    Exit code 1 when something blocks a run (FAIL: a missing package, the wrong Python, too
+    little disk, an unreachable or unauthorised remote); WARN lines (another package version,
+    uncommitted changes, a stale pipeline) do not block but may stop results matching dvc.lock.
+    """
+    root = Path.cwd()
+    checks = [python_findings, lambda: lock_findings(lock_path), torch_findings,
+              lambda: disk_findings(root), lambda: remote_findings(root, remote, timeout),
+              lambda: git_findings(root), lambda: dvc_status_findings(root)]
+    findings = []
+    for check in checks:
+        for f in check():
+            findings.append(f)
+            click.echo(f"{f.level:4}  {f.check:10}  {f.message}")
+            if f.fix:
+                click.echo(f"{'':4}  {'':10}  fix: {f.fix}")
+    failed = [f for f in findings if f.level == FAIL]
+    warned = [f for f in findings if f.level == WARN]
+    click.echo(f"doctor: {len(failed)} blocking problem(s), {len(warned)} warning(s)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
