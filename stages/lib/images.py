@@ -2,14 +2,20 @@
 
 prepare, evaluate, export and predict all go through `load_image` (decode, convert, resize)
 and `normalize` (scale and standardise), so the model never sees pixels prepared two ways.
+`to_model_mode` is the one conversion of odd modes (16-bit, CMYK, palette with transparency,
+animated, EXIF-rotated) to grey or RGB; `inspect_image` is what ingest learns about a file,
+refusing to decode anything whose header promises more than `max_pixels`.
 Only numpy and Pillow here: ONNX consumers can preprocess without torch.
 """
 import hashlib
+import warnings
+from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 CHUNK = 1 << 20
+HIGH_BIT_MODES = {"I;16": 16, "I;16B": 16, "I;16L": 16, "I;16N": 16, "I": 32, "F": 32}
 
 
 def sha256_file(path) -> str:
@@ -21,22 +27,100 @@ def sha256_file(path) -> str:
     return digest.hexdigest()
 
 
-def inspect_image(path) -> dict:
-    """Format, size and mode of an image, after a full decode; `error` is empty when it decodes."""
-    facts = {"format": "", "width": 0, "height": 0, "mode": "", "error": ""}
+def has_alpha(img) -> bool:
+    return img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info
+
+
+def open_header(path):
+    """Image.open that reads only the header, even past Pillow's own bomb limit: the caller
+    compares width x height with its own limit before anything is decoded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            return Image.open(path)
+        except Image.DecompressionBombError:
+            limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+            try:
+                return Image.open(path)
+            finally:
+                Image.MAX_IMAGE_PIXELS = limit
+
+
+def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
+    """What a full decode of the file finds; `error` is empty when every frame decodes.
+
+    Width and height come from the header; when they exceed `max_pixels` (0 = no limit) the
+    file is a decompression bomb and is never decoded. `phash` (16 hex digits, imagehash's
+    perceptual hash of the converted first frame) lets validate and split find near-duplicates.
+    """
+    facts = {"format": "", "width": 0, "height": 0, "mode": "", "error": "", "frames": 0,
+             "bits": 0, "alpha": 0, "phash": ""}
+    def why(exc):  # the file's name only: outs never hold absolute paths
+        text = str(exc).replace(str(path), Path(path).name).replace("\n", " ")
+        return f"cannot decode: {type(exc).__name__}: {text}"
+
     try:
-        with Image.open(path) as img:
-            facts.update(format=img.format or "", width=img.width, height=img.height, mode=img.mode)
-            img.load()  # a header check is not enough: truncated files fail only here
+        img = open_header(path)
     except Exception as exc:  # PIL raises many types; every one means "not a usable image"
-        facts["error"] = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
+        facts["error"] = why(exc)
+        return facts
+    with img:
+        facts.update(format=img.format or "", width=img.width, height=img.height, mode=img.mode,
+                     frames=getattr(img, "n_frames", 1), alpha=int(has_alpha(img)),
+                     bits=HIGH_BIT_MODES.get(img.mode, 1 if img.mode == "1" else 8))
+        if max_pixels and img.width * img.height > max_pixels:
+            facts["error"] = (f"too large: {img.width}x{img.height} = {img.width * img.height} "
+                              f"pixels > validate.max_pixels ({max_pixels}); a possible "
+                              f"decompression bomb, not decoded")
+            return facts
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for frame in range(facts["frames"]):  # a truncated later frame is broken too
+                    img.seek(frame)
+                    img.load()  # a header check is not enough: truncated files fail only here
+                img.seek(0)
+                if with_phash:
+                    import imagehash
+
+                    facts["phash"] = str(imagehash.phash(to_model_mode(img, 1)))
+        except Exception as exc:
+            facts["error"] = why(exc)
     return facts
+
+
+def to_model_mode(img, channels: int):
+    """Convert any decoded image to "L" (channels 1) or "RGB" (channels 3), one way for all.
+
+    - EXIF orientation is applied, so pixels are upright as a viewer shows them.
+    - Animated images: the first frame.
+    - 16/32-bit grey (I;16, I, F): scaled to 8 bits by value (>> 8 for 16-bit), not clipped.
+    - Transparency (RGBA, LA, palette with a transparent index): composited onto black.
+    - CMYK, YCbCr, palette and the rest: Pillow's conversion to RGB, then to L if grey.
+    """
+    if getattr(img, "n_frames", 1) > 1:
+        img.seek(0)
+    img = ImageOps.exif_transpose(img)
+    if img.mode in HIGH_BIT_MODES:
+        arr = np.asarray(img)
+        if img.mode == "F":
+            arr = np.clip(arr, 0.0, 1.0) * 255.0 if arr.max(initial=0) <= 1.0 else arr
+        else:
+            arr = np.clip(arr.astype(np.int64), 0, 65535) >> 8
+        img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L")
+    elif has_alpha(img):
+        rgba = img.convert("RGBA")
+        img = Image.new("RGB", rgba.size, (0, 0, 0))
+        img.paste(rgba, mask=rgba.getchannel("A"))
+    if channels == 1:
+        return img if img.mode == "L" else img.convert("RGB").convert("L")
+    return img if img.mode == "RGB" else img.convert("RGB")
 
 
 def load_image(path, image_size: int, channels: int) -> np.ndarray:
     """Decode, convert to grey or RGB, and resize to image_size x image_size: uint8 HxWxC."""
     with Image.open(path) as img:
-        img = img.convert("L" if channels == 1 else "RGB")
+        img = to_model_mode(img, channels)
         img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
         arr = np.asarray(img, dtype=np.uint8)
     return arr.reshape(image_size, image_size, channels)
