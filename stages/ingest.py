@@ -12,8 +12,10 @@ Re-ingesting an unchanged tree rehashes nothing: facts are cached per (path, siz
 the same with or without it.
 """
 import hashlib
+import io
 import json
 import os
+import stat
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -55,11 +57,12 @@ def walk(root: Path):
 
 def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
     """The facts of one file (the FACTS columns). Runs in a worker process."""
-    from stages.lib.images import inspect_image, sha256_file
+    from stages.lib.images import CHUNK, inspect_image, sha256_file
 
     path = Path(root) / rel
     row = dict.fromkeys(FACTS, "")
-    if path.is_symlink():
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
         target = path.resolve()
         if not target.is_relative_to(Path(root).resolve()):
             # No target in the message: outs never hold absolute paths.
@@ -68,12 +71,19 @@ def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
         if not target.is_file():
             row["error"] = "broken symlink: its target does not exist"
             return row
-    row["bytes"] = path.stat().st_size
-    row["sha256"] = sha256_file(path)
+        st = path.stat()
+    row["bytes"] = st.st_size
+    if row["bytes"] <= CHUNK:  # one chunk: read once, hash and decode the same bytes
+        data = path.read_bytes()
+        row["sha256"] = hashlib.sha256(data).hexdigest()
+        source = io.BytesIO(data)
+    else:
+        row["sha256"] = sha256_file(path)
+        source = path
     if row["bytes"] == 0:
         row["error"] = "empty file: 0 bytes"
         return row
-    row.update(inspect_image(path, max_pixels))
+    row.update(inspect_image(source, max_pixels))
     return row
 
 
@@ -134,9 +144,12 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
              if rel in old and old[rel]["key"] == keys[rel]}
     todo = [rel for rel in files if rel not in facts]
     if todo:
+        import stages.lib.images  # noqa: F401  imported once here, inherited by forked workers
+
         workers = workers or os.cpu_count() or 1
         n = len(todo)
-        chunk = max(1, min(64, n // (workers * 8)))
+        todo.sort(key=lambda rel: (-keys[rel][0], rel))  # largest first: no straggler at the end
+        chunk = max(1, min(64, n // (workers * 16)))
         with ProcessPoolExecutor(workers) as pool:
             done = pool.map(inspect_file, [str(root)] * n, todo, [max_pixels] * n,
                             chunksize=chunk)

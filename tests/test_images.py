@@ -100,3 +100,17 @@ def test_decompression_bomb_is_caught_from_the_header_without_decoding(tmp_path)
     assert (width, height) == ("10000", "10000")
     assert error.startswith("too large") and "not decoded" in error
     assert int(grown_mib) < 30  # decoding would take 100 MiB
+
+
+def test_phash_is_imagehash_phash_up_to_resampling():
+    import imagehash
+
+    from stages.lib.images import phash
+    from tests.corrupt import photo
+
+    for seed in range(8):
+        for size in (48, 200):
+            img = photo(seed, size=size)
+            ours, theirs = int(phash(img), 16), int(str(imagehash.phash(img)), 16)
+            assert bin(ours ^ theirs).count("1") <= 4
+    assert bin(int(phash(photo(1)), 16) ^ int(phash(photo(2)), 16)).count("1") > 10
