@@ -3,6 +3,7 @@
 `build(root)` writes it under root (an ImageFolder tree) and returns which relative paths are
 bad (must never reach training) and which are good (odd but usable, or plain).
 """
+import hashlib
 import io
 import os
 import struct
@@ -90,10 +91,37 @@ def build(root, outside=None) -> tuple[dict[str, str], set[str]]:
     good.add(write(root, "cat/my cät ü 猫.png", encoded(photo(304), "PNG")))
     good.add(write(root, "dog/really a png.jpg", encoded(photo(305), "PNG")))
     good.add(write(root, "cat/cat0 copy.png", (root / "cat/cat0.png").read_bytes()))
-    # Near-duplicates: the same picture re-encoded as JPEG, and slightly resized.
-    for i, label in enumerate(("cat", "dog", "bird", "cat", "dog", "bird")):
-        original = photo(400 + i, size=96)
-        good.add(write(root, f"{label}/near{i}.png", encoded(original, "PNG")))
-        twin = original if i % 2 else original.resize((88, 88), Image.Resampling.LANCZOS)
-        good.add(write(root, f"{label}/near{i} twin.jpg", encoded(twin, "JPEG", quality=80)))
+    # Near-duplicates: the same picture re-encoded as JPEG, or slightly resized too, chosen so
+    # that on their own hashes the two files would land in different splits (the pipeline's
+    # default split params): only grouping keeps them together.
+    seed = 400
+    for i, label in enumerate(NEAR_LABELS):
+        while True:
+            seed += 1
+            original = photo(seed, size=96)
+            twin = original if i % 2 else original.resize((88, 88), Image.Resampling.LANCZOS)
+            a, b = encoded(original, "PNG"), encoded(twin, "JPEG", quality=80)
+            if straddles(a, b) and hamming(a, b) <= 2:
+                break
+        good.add(write(root, f"{label}/near{i}.png", a))
+        good.add(write(root, f"{label}/near{i} twin.jpg", b))
     return bad, good
+
+
+NEAR_LABELS = ("cat", "dog", "bird", "cat", "dog", "bird")
+NEAR_PAIRS = [(f"{label}/near{i}.png", f"{label}/near{i} twin.jpg")
+              for i, label in enumerate(NEAR_LABELS)]
+
+
+def straddles(a: bytes, b: bytes, seed=42, val=0.15, test=0.15) -> bool:
+    from stages.split import assign
+
+    return (assign(hashlib.sha256(a).hexdigest(), seed, val, test)
+            != assign(hashlib.sha256(b).hexdigest(), seed, val, test))
+
+
+def hamming(a: bytes, b: bytes) -> int:
+    from stages.lib.images import phash
+
+    with Image.open(io.BytesIO(a)) as x, Image.open(io.BytesIO(b)) as y:
+        return bin(int(phash(x), 16) ^ int(phash(y), 16)).count("1")

@@ -12,7 +12,7 @@ import pytest
 
 from stages.lib.project import copy_project, dvc, set_params
 from tests.conftest import ROOT
-from tests.corrupt import build, encoded, photo
+from tests.corrupt import NEAR_PAIRS, build, encoded, photo, straddles
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +66,11 @@ def test_quarantine_trains_on_exactly_the_good_files(gate):
     assert "Running stage 'train'" in passed.stdout
     with open(root / "data/quarantine.csv", newline="") as f:
         assert {r["path"] for r in csv.DictReader(f)} == set(bad)
-    assert set(split_of(root)) == good
+    split = split_of(root)
+    assert set(split) == good
+    for a, b in NEAR_PAIRS:  # each pair would straddle splits on its own hashes
+        assert straddles((root / "data/raw" / a).read_bytes(), (root / "data/raw" / b).read_bytes())
+        assert split[a] == split[b]
     import json
 
     meta = json.loads((root / "data/processed/meta.json").read_text())

@@ -47,14 +47,13 @@ def test_adding_twenty_percent_real_files_moves_no_old_one(tmp_path):
 def test_duplicates_near_duplicates_and_groups_never_straddle_splits(tmp_path):
     from stages.ingest import build_manifest
     from stages.lib.params import Validate
-    from tests.corrupt import build
+    from tests.corrupt import NEAR_PAIRS, build
 
     bad, _ = build(tmp_path / "raw")
     rows = [r for r in build_manifest(tmp_path / "raw", 2) if r["path"] not in bad]
     for i, r in enumerate(sorted(rows, key=lambda r: r["path"])):
         r["group"] = f"g{i // 2}" if "near" not in r["path"] else ""  # pairs share a group
-    pairs = [(f"{label}/near{i}.png", f"{label}/near{i} twin.jpg")
-             for i, label in enumerate(("cat", "dog", "bird", "cat", "dog", "bird"))]
+    pairs = list(NEAR_PAIRS)
     pairs.append(("cat/cat0.png", "cat/cat0 copy.png"))  # same bytes
     by_group = {}
     for r in rows:
@@ -62,10 +61,10 @@ def test_duplicates_near_duplicates_and_groups_never_straddle_splits(tmp_path):
             by_group.setdefault(r["group"], []).append(r["path"])
     pairs += [tuple(g) for g in by_group.values() if len(g) == 2]
     sha = {r["path"]: r["sha256"] for r in rows}
-    alone = {p: assign(sha[p], 42, 0.3, 0.3) for p in sha}
+    alone = {p: assign(sha[p], 42, 0.15, 0.15) for p in sha}
     assert any(alone[a] != alone[b] for a, b in pairs)  # without grouping some would straddle
-    for seed in (42, 7):
-        split = where(split_rows(rows, seed, 0.3, 0.3, distance=Validate().near_dup_distance))
+    for seed, frac in ((42, 0.15), (7, 0.3)):
+        split = where(split_rows(rows, seed, frac, frac, distance=Validate().near_dup_distance))
         assert all(split[a] == split[b] for a, b in pairs)
 
 
