@@ -140,8 +140,9 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
     files = [rel for rel, kind in entries if kind == "file"]
     old = read_cache(cache) if cache else {}
     keys = {rel: stat_key(root / rel) for rel in files}
-    facts = {rel: old[rel]["facts"] for rel in files
-             if rel in old and old[rel]["key"] == keys[rel]}
+    facts = {rel: old[rel]["facts"] for rel in files  # a damaged entry is just a miss
+             if isinstance(old.get(rel), dict) and old[rel].get("key") == keys[rel]
+             and isinstance(old[rel].get("facts"), dict)}
     todo = [rel for rel in files if rel not in facts]
     if todo:
         import stages.lib.images  # noqa: F401  imported once here, inherited by forked workers
