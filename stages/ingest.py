@@ -1,64 +1,209 @@
-"""Inventory an ImageFolder tree into data/manifest.csv: one row per file, never a silent skip.
+"""Inventory an image tree into data/manifest.csv: one row per file, never a silent skip.
 
-Every file under `data.source` (except hidden ones) gets a row with its path relative to the
-source, its label (the class folder), size, sha256 and what a full decode found. Files that are
-not images become rows with an `error`; validate decides what to do with them.
+Every file under `data.source` (except hidden ones and DVC's machinery) gets a row with its path
+relative to the source, its label, size, sha256 and what a full decode found (format, size,
+mode, frames, bit depth, transparency, a perceptual hash). Labels come from the class folder
+(`<source>/<class>/<image>`) or, when `<source>/labels.csv` exists, from its `path,label`
+columns (plus optional `group` and `timestamp`). Files that cannot be used become rows with an
+`error`; empty class folders become a row too. validate decides what to do with them.
+
+Re-ingesting an unchanged tree rehashes nothing: facts are cached per (path, size, mtime_ns) in
+.cache/ingest/ (gitignored, not a DVC out). The cache only saves work; the manifest's bytes are
+the same with or without it.
 """
+import hashlib
+import io
+import json
 import os
+import stat
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
 
-from stages.lib.io import StageError, write_csv
+from stages.lib.io import StageError, read_csv, write_bytes, write_csv
 from stages.lib.params import load, params_option
 
 MANIFEST = Path("data/manifest.csv")
-FIELDS = ["path", "label", "bytes", "sha256", "format", "width", "height", "mode", "error"]
+CACHE_DIR = Path(".cache/ingest")
+LABELS = "labels.csv"
+FIELDS = ["path", "label", "bytes", "sha256", "format", "width", "height", "mode", "error",
+          "frames", "bits", "alpha", "phash", "group", "timestamp"]
+FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error", "frames", "bits",
+         "alpha", "phash"]
 
 
 def list_files(root: Path) -> list[str]:
-    """Relative POSIX paths of every non-hidden file under root, sorted."""
-    found = []
+    """Relative POSIX paths of every non-hidden file (and file symlink) under root, sorted."""
+    return sorted(rel for rel, kind in walk(root) if kind == "file")
+
+
+def walk(root: Path):
+    """(relative path, kind) for every entry to inventory: "file", "empty" for a folder with no
+    visible files, "dirlink" for a symlinked folder (never followed)."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            if not name.startswith("."):
-                found.append((Path(dirpath) / name).relative_to(root).as_posix())
-    return sorted(found)
+        here = Path(dirpath)
+        links = sorted(d for d in dirnames if not d.startswith(".") and (here / d).is_symlink())
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in links)
+        files = [n for n in filenames if not n.startswith(".")]
+        rel = here.relative_to(root).as_posix()
+        if here != root and not files and not dirnames and not links:
+            yield rel + "/", "empty"
+        for name in links:
+            yield (here / name).relative_to(root).as_posix(), "dirlink"
+        for name in files:
+            yield (here / name).relative_to(root).as_posix(), "file"
 
 
-def inspect_file(root: str, rel: str) -> dict:
-    from stages.lib.images import inspect_image, sha256_file
+def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
+    """The facts of one file (the FACTS columns). Runs in a worker process."""
+    from stages.lib.images import CHUNK, inspect_image, sha256_file
 
     path = Path(root) / rel
-    parts = rel.split("/")
-    row = {"path": rel, "label": parts[0] if len(parts) > 1 else "", "bytes": path.stat().st_size}
-    row["sha256"] = sha256_file(path)
-    row.update(inspect_image(path))
-    if not row["label"]:
-        row["error"] = row["error"] or "not inside a class folder: move it to <source>/<class>/"
+    row = dict.fromkeys(FACTS, "")
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        target = path.resolve()
+        if not target.is_relative_to(Path(root).resolve()):
+            # No target in the message: outs never hold absolute paths.
+            row["error"] = "symlink escapes data.source: it points outside the source folder"
+            return row
+        if not target.is_file():
+            row["error"] = "broken symlink: its target does not exist"
+            return row
+        st = path.stat()
+    row["bytes"] = st.st_size
+    if row["bytes"] <= CHUNK:  # one chunk: read once, hash and decode the same bytes
+        data = path.read_bytes()
+        row["sha256"] = hashlib.sha256(data).hexdigest()
+        source = io.BytesIO(data)
+    else:
+        row["sha256"] = sha256_file(path)
+        source = path
+    if row["bytes"] == 0:
+        row["error"] = "empty file: 0 bytes"
+        return row
+    row.update(inspect_image(source, max_pixels))
     return row
 
 
-def build_manifest(root: Path, workers: int = 0) -> list[dict]:
+def read_labels(root: Path) -> dict[str, dict] | None:
+    """{path: {label, group, timestamp}} from <root>/labels.csv, or None when there is none."""
+    path = root / LABELS
+    if not path.is_file():
+        return None
+    rows = read_csv(path)
+    if not rows or not {"path", "label"} <= set(rows[0]):
+        raise StageError(f"{path}: needs a header with `path,label` (and optionally `group`, "
+                         f"`timestamp`) and one row per image.")
+    seen = {}
+    for r in rows:
+        if r["path"] in seen:
+            raise StageError(f"{path}: `{r['path']}` is listed twice; keep one row per file.")
+        seen[r["path"]] = {k: (r.get(k) or "").strip() for k in ("label", "group", "timestamp")}
+    return seen
+
+
+def cache_file(root: Path, max_pixels: int) -> Path:
+    """One cache per (source folder, max_pixels, inspection code): any change starts afresh."""
+    here = Path(__file__).parent
+    code = b"".join(m.read_bytes() for m in (here / "ingest.py", here / "lib/images.py"))
+    key = hashlib.sha256(f"{root.resolve()}\0{max_pixels}\0".encode() + code).hexdigest()[:24]
+    return CACHE_DIR / f"{key}.json"
+
+
+def read_cache(path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def stat_key(path: Path) -> list:
+    try:
+        st = path.stat()  # through a symlink: its target's size and mtime
+    except OSError:
+        st = path.lstat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | None = None):
+    """(manifest rows sorted by path, stats) for the tree at root.
+
+    stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused}.
+    """
     from tqdm import tqdm
 
-    files = list_files(root)
-    workers = workers or os.cpu_count() or 1
-    roots = [str(root)] * len(files)
-    with ProcessPoolExecutor(workers) as pool:
-        rows = list(tqdm(pool.map(inspect_file, roots, files, chunksize=64), total=len(files),
-                         desc="ingest", unit="file", disable=None))
-    return rows
+    labels = read_labels(root)
+    entries = [(rel, kind) for rel, kind in walk(root)
+               if not (labels is not None and rel == LABELS)]
+    files = [rel for rel, kind in entries if kind == "file"]
+    old = read_cache(cache) if cache else {}
+    keys = {rel: stat_key(root / rel) for rel in files}
+    facts = {rel: old[rel]["facts"] for rel in files  # a damaged entry is just a miss
+             if isinstance(old.get(rel), dict) and old[rel].get("key") == keys[rel]
+             and isinstance(old[rel].get("facts"), dict)}
+    todo = [rel for rel in files if rel not in facts]
+    if todo:
+        import stages.lib.images  # noqa: F401  imported once here, inherited by forked workers
+
+        workers = workers or os.cpu_count() or 1
+        n = len(todo)
+        todo.sort(key=lambda rel: (-keys[rel][0], rel))  # largest first: no straggler at the end
+        chunk = max(1, min(64, n // (workers * 16)))
+        with ProcessPoolExecutor(workers) as pool:
+            done = pool.map(inspect_file, [str(root)] * n, todo, [max_pixels] * n,
+                            chunksize=chunk)
+            for rel, row in zip(todo, tqdm(done, total=n, desc="ingest", unit="file",
+                                           disable=None), strict=True):
+                facts[rel] = row
+    if cache:
+        write_bytes(cache, json.dumps({rel: {"key": keys[rel], "facts": facts[rel]}
+                                       for rel in files}).encode())
+    rows = [make_row(rel, kind, facts.get(rel), labels) for rel, kind in entries]
+    listed = {rel for rel, _ in entries}
+    for rel in sorted(set(labels or ()) - listed):
+        row = make_row(rel, "missing", None, labels)
+        rows.append(row)
+    rows.sort(key=lambda r: r["path"])
+    return rows, {"files": len(files), "inspected": len(todo), "cached": len(files) - len(todo)}
+
+
+def make_row(rel: str, kind: str, facts: dict | None, labels: dict | None) -> dict:
+    row = dict.fromkeys(FIELDS, "")
+    row.update(facts or {}, path=rel)
+    parts = rel.rstrip("/").split("/")
+    if labels is None:
+        row["label"] = parts[0] if len(parts) > 1 or kind == "empty" else ""
+    else:
+        row.update(labels.get(rel, {}))
+    if kind == "empty":
+        row["error"] = "empty class folder: it holds no files; remove it or add images"
+    elif kind == "dirlink":
+        row["error"] = "symlinked folder: not followed; replace it with a real folder"
+    elif kind == "missing":
+        row["error"] = f"missing: listed in {LABELS} but not found under data.source"
+    elif not row["label"] and not row["error"]:
+        row["error"] = ("unlabelled: not inside a class folder; move it to <source>/<class>/"
+                        if labels is None else f"unlabelled: no label in {LABELS}")
+    return row
+
+
+def build_manifest(root: Path, workers: int = 0, max_pixels: int = 0) -> list[dict]:
+    """Manifest rows for root, without the cache."""
+    return inventory(Path(root), workers, max_pixels)[0]
 
 
 @click.command()
 @params_option
-def main(params_path):
+@click.option("--no-cache", is_flag=True,
+              help="Hash and decode every file again instead of reusing .cache/ingest/ facts "
+                   "for files whose size and mtime are unchanged (the manifest is the same).")
+def main(params_path, no_cache):
     """Hash and decode every file under `data.source` and write data/manifest.csv.
 
-    Reads `data.source` and `ingest.workers` (0 = all cores) from the params file.
+    Reads `data.source`, `ingest.workers` (0 = all cores) and `validate.max_pixels` (larger
+    images are never decoded) from the params file.
     """
     source = Path(load("data", params_path).source)
     if not source.is_dir():
@@ -66,12 +211,15 @@ def main(params_path):
             f"data.source: {source} is not a folder. Point data.source in params.yaml at an "
             f"ImageFolder tree (<source>/<class>/<image>)."
         )
-    rows = build_manifest(source, load("ingest", params_path).workers)
+    max_pixels = load("validate", params_path).max_pixels
+    cache = None if no_cache else cache_file(source, max_pixels)
+    rows, stats = inventory(source, load("ingest", params_path).workers, max_pixels, cache)
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add <class>/<image> files.")
     write_csv(MANIFEST, rows, FIELDS)
     bad = sum(1 for r in rows if r["error"])
-    click.echo(f"ingest: {len(rows)} files from {source}/ -> {MANIFEST} ({bad} with errors)")
+    click.echo(f"ingest: {len(rows)} files from {source}/ -> {MANIFEST} ({bad} with errors; "
+               f"{stats['inspected']} hashed, {stats['cached']} unchanged from the cache)")
 
 
 if __name__ == "__main__":

@@ -36,3 +36,81 @@ def test_sha256_reads_in_chunks(tmp_path):
     data = np.random.default_rng(0).bytes(3 * (1 << 20) + 5)
     (tmp_path / "big").write_bytes(data)
     assert sha256_file(tmp_path / "big") == hashlib.sha256(data).hexdigest()
+
+
+def test_odd_modes_convert_one_way(tmp_path):
+    from stages.lib.images import to_model_mode
+
+    grey16 = np.arange(0, 65536, 256, dtype=np.uint16).reshape(16, 16)
+    Image.fromarray(grey16).save(tmp_path / "deep.png")
+    with Image.open(tmp_path / "deep.png") as img:
+        assert img.mode.startswith("I")
+        out = np.asarray(to_model_mode(img, 1))
+    assert np.array_equal(out, (grey16 >> 8).astype(np.uint8))  # scaled by value, not clipped
+
+    rgb = Image.fromarray(np.full((8, 8, 3), (200, 100, 50), dtype=np.uint8))
+    pal = rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=4)
+    pal.putpixel((0, 0), 3)
+    pal.save(tmp_path / "pal.png", transparency=3)
+    with Image.open(tmp_path / "pal.png") as img:
+        out = np.asarray(to_model_mode(img, 3))
+    assert out[0, 0].tolist() == [0, 0, 0] and out[1, 1].tolist() == [200, 100, 50]
+
+    rgb.convert("CMYK").save(tmp_path / "cmyk.jpg", quality=100)
+    assert load_image(tmp_path / "cmyk.jpg", 8, 3).shape == (8, 8, 3)
+
+    frames = [Image.new("L", (8, 8), v) for v in (10, 250)]
+    frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
+    assert inspect_image(tmp_path / "anim.gif")["frames"] == 2
+    first = load_image(tmp_path / "anim.gif", 8, 1)
+    assert abs(int(first.mean()) - 10) <= 1  # the first frame, however the file was left
+
+
+def test_inspect_reports_facts_and_phash(tmp_path):
+    path = write_image(tmp_path / "a.png", size=(40, 30), mode="RGB")
+    facts = inspect_image(path)
+    assert (facts["format"], facts["width"], facts["height"], facts["mode"]) == ("PNG", 40, 30,
+                                                                                "RGB")
+    assert facts["frames"] == 1 and facts["bits"] == 8 and facts["alpha"] == 0
+    assert len(facts["phash"]) == 16
+    assert inspect_image(tmp_path / "a.png", with_phash=False)["phash"] == ""
+
+
+BOMB_PROBE = """
+import resource, sys
+from stages.lib.images import inspect_image
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+facts = inspect_image(sys.argv[1], max_pixels=50_000_000)
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(facts["width"], facts["height"], grown // 1024, facts["error"])
+"""
+
+
+def test_decompression_bomb_is_caught_from_the_header_without_decoding(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.corrupt import png_bomb
+
+    (tmp_path / "bomb.png").write_bytes(png_bomb(10000, 10000))  # 100 Mpixel in ~15 KB
+    proc = subprocess.run([sys.executable, "-c", BOMB_PROBE, str(tmp_path / "bomb.png")],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    width, height, grown_mib, error = proc.stdout.split(" ", 3)
+    assert (width, height) == ("10000", "10000")
+    assert error.startswith("too large") and "not decoded" in error
+    assert int(grown_mib) < 30  # decoding would take 100 MiB
+
+
+def test_phash_is_imagehash_phash_up_to_resampling():
+    import imagehash
+
+    from stages.lib.images import phash
+    from tests.corrupt import photo
+
+    for seed in range(8):
+        for size in (48, 200):
+            img = photo(seed, size=size)
+            ours, theirs = int(phash(img), 16), int(str(imagehash.phash(img)), 16)
+            assert bin(ours ^ theirs).count("1") <= 4
+    assert bin(int(phash(photo(1)), 16) ^ int(phash(photo(2)), 16)).count("1") > 10

@@ -1,6 +1,8 @@
 import csv
+import os
 
-from stages.ingest import build_manifest, list_files
+from stages.ingest import FIELDS, build_manifest, inventory, list_files
+from stages.lib.io import write_csv
 from tests.conftest import run_stage, write_image
 
 
@@ -28,6 +30,7 @@ def test_manifest_rows_name_every_file_and_its_problem(tmp_path):
     assert rows["cat/a.png"]["format"] == "PNG" and rows["cat/a.png"]["width"] == 16
     assert rows["cat/b b ü.jpg"]["mode"] == "RGB"
     assert rows["dog/broken.png"]["error"].startswith("cannot decode")
+    assert str(tmp_path) not in rows["dog/broken.png"]["error"]  # no absolute paths in outs
     assert "class folder" in rows["stray.png"]["error"]
     import hashlib
     assert rows["dog/c.png"]["sha256"] == hashlib.sha256(
@@ -49,3 +52,70 @@ def test_stage_writes_manifest_and_rejects_missing_source(in_tmp):
     (in_tmp / "params.yaml").write_text("data:\n  source: nowhere\n")
     proc = run_stage("ingest", cwd=in_tmp)
     assert proc.returncode != 0 and "data.source: nowhere" in proc.stderr
+
+
+def test_links_empty_folders_and_odd_names_are_rows_not_omissions(tmp_path):
+    root = tmp_path / "src"
+    make_tree(root)
+    write_image(tmp_path / "outside.png")
+    os.symlink("../../outside.png", root / "cat" / "escape.png")
+    os.symlink("a.png", root / "cat" / "inside link.png")
+    (root / "empty class").mkdir()
+    rows = {r["path"]: r for r in build_manifest(root, workers=1)}
+    assert rows["cat/escape.png"]["error"].startswith("symlink escapes data.source")
+    assert rows["cat/escape.png"]["sha256"] == ""  # never read
+    assert rows["cat/inside link.png"]["error"] == ""
+    assert rows["cat/inside link.png"]["sha256"] == rows["cat/a.png"]["sha256"]
+    assert rows["empty class/"]["error"].startswith("empty class folder")
+    assert rows["cat/b b ü.jpg"]["error"] == ""
+
+
+def test_labels_csv_gives_labels_groups_and_timestamps(tmp_path):
+    root = tmp_path / "src"
+    write_image(root / "x" / "1.png", seed=1)
+    write_image(root / "2.png", seed=2)
+    write_image(root / "3.png", seed=3)
+    write_csv(root / "labels.csv", [
+        {"path": "x/1.png", "label": "cat", "group": "g1", "timestamp": "2024-01-01"},
+        {"path": "2.png", "label": "dog", "group": "g1", "timestamp": "2024-01-02"},
+        {"path": "gone.png", "label": "dog", "group": "", "timestamp": ""},
+    ], ["path", "label", "group", "timestamp"])
+    rows = {r["path"]: r for r in build_manifest(root, workers=1)}
+    assert set(rows) == {"x/1.png", "2.png", "3.png", "gone.png"}  # labels.csv is no image
+    assert (rows["x/1.png"]["label"], rows["x/1.png"]["group"]) == ("cat", "g1")
+    assert rows["2.png"]["timestamp"] == "2024-01-02" and rows["2.png"]["error"] == ""
+    assert rows["3.png"]["error"].startswith("unlabelled")
+    assert rows["gone.png"]["error"].startswith("missing")
+
+
+def test_cache_never_changes_the_manifest_and_a_warm_run_rehashes_nothing(tmp_path):
+    root = tmp_path / "src"
+    make_tree(root)
+    cache = tmp_path / "cache.json"
+    cold, stats = inventory(root, 2, 0, cache)
+    assert stats["inspected"] == stats["files"] == 5 and stats["cached"] == 0
+    warm, stats = inventory(root, 2, 0, cache)
+    assert warm == cold and stats["inspected"] == 0 and stats["cached"] == 5
+    assert inventory(root, 2, 0, None)[0] == cold  # no cache: same rows
+    write_image(root / "cat" / "a.png", seed=99)  # changed content: rehashed
+    os.utime(root / "cat" / "a.png", ns=(1, 1))
+    changed, stats = inventory(root, 2, 0, cache)
+    assert stats["inspected"] == 1
+    assert {r["path"]: r for r in changed}["cat/a.png"] == {
+        r["path"]: r for r in inventory(root, 1, 0, None)[0]}["cat/a.png"]
+
+
+def test_stage_manifest_is_byte_identical_with_and_without_cache(in_tmp):
+    make_tree(in_tmp / "imgs")
+    (in_tmp / "params.yaml").write_text("data:\n  source: imgs\n")
+    outputs, reports = [], []
+    for args in ((), (), ("--no-cache",)):
+        proc = run_stage("ingest", *args, cwd=in_tmp)
+        assert proc.returncode == 0, proc.stderr
+        outputs.append((in_tmp / "data/manifest.csv").read_bytes())
+        reports.append(proc.stdout)
+    assert "5 hashed" in reports[0] and "0 hashed, 5 unchanged" in reports[1]
+    assert "5 hashed" in reports[2]
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert outputs[0].decode().splitlines()[0] == ",".join(FIELDS)
+    assert list((in_tmp / ".cache" / "ingest").glob("*.json"))

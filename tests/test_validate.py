@@ -1,32 +1,121 @@
+import csv
 import json
+
+import pytest
 
 from stages.ingest import FIELDS, build_manifest
 from stages.lib.io import write_csv
-from stages.validate import find_problems
+from stages.lib.params import Validate
+from stages.validate import BLOCKING, DATASET, WARNINGS, check_all, quarantine_rows
 from tests.conftest import run_stage, write_image
+from tests.corrupt import build
 
 
-def test_problems_name_undecodable_and_too_small_files(tmp_path):
-    write_image(tmp_path / "a" / "ok.png", size=(16, 16))
-    write_image(tmp_path / "a" / "tiny.png", size=(4, 16))
-    (tmp_path / "a" / "trunc.png").write_bytes((tmp_path / "a" / "ok.png").read_bytes()[:60])
-    problems = dict(find_problems(build_manifest(tmp_path, 1), min_side=8))
-    assert set(problems) == {"a/tiny.png", "a/trunc.png"}
-    assert "too small" in problems["a/tiny.png"]
-    assert "cannot decode" in problems["a/trunc.png"]
+@pytest.fixture(scope="module")
+def corrupt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corrupt")
+    bad, good = build(root / "raw")
+    return root / "raw", bad, good, build_manifest(root / "raw", 2, Validate().max_pixels)
 
 
-def test_stage_fails_naming_every_bad_file_and_counts_them(in_tmp):
-    src = in_tmp / "imgs"
-    for i in range(3):
-        write_image(src / "a" / f"{i}.png", seed=i)
-    (src / "a" / "zero.png").write_bytes(b"")
-    (src / "b").mkdir()
-    (src / "b" / "text.png").write_text("hello")
-    write_csv(in_tmp / "data/manifest.csv", build_manifest(src, 1), FIELDS)
-    (in_tmp / "params.yaml").write_text("validate:\n  min_side: 8\n")
-    proc = run_stage("validate", cwd=in_tmp)
-    assert proc.returncode != 0
-    assert "a/zero.png" in proc.stderr and "b/text.png" in proc.stderr
+def test_every_bad_file_is_named_with_its_check_and_good_ones_pass(corrupt):
+    _, bad, good, rows = corrupt
+    result = check_all(rows, Validate())
+    found = {path: check for check in BLOCKING for path in result["issues"].get(check, {})}
+    assert found == bad  # all offenders, each under the check that catches it
+    assert result["bad"] == set(bad) and not result["dataset"]
+    assert good == {r["path"] for r in rows} - set(bad)
+
+
+def test_odd_but_valid_files_are_warnings_not_errors(corrupt):
+    _, _, good, rows = corrupt
+    issues = check_all(rows, Validate())["issues"]
+    assert {"cat/deep 16-bit.png", "dog/cmyk.jpg", "bird/palette alpha.png",
+            "bird/anim.gif"} <= set(issues["mode"])
+    assert set(issues["bit_depth"]) == {"cat/deep 16-bit.png"}
+    assert set(issues["transparency"]) == {"bird/palette alpha.png"}
+    assert set(issues["animated"]) == {"bird/anim.gif"}
+    assert set(issues["extension"]) == {"dog/really a png.jpg"}
+    assert set(issues["duplicate"]) == {"cat/cat0.png", "cat/cat0 copy.png"}
+    near = issues["near_duplicate"]
+    for i, label in enumerate(("cat", "dog", "bird", "cat", "dog", "bird")):
+        assert f"{label}/near{i} twin.jpg" in near[f"{label}/near{i}.png"]  # pairs named
+    warned = {path for check in WARNINGS for path in issues.get(check, {})}
+    assert warned <= good
+
+
+def test_quarantine_lists_every_bad_file_with_a_reason(corrupt):
+    _, bad, _, rows = corrupt
+    listed = quarantine_rows(check_all(rows, Validate()))
+    assert [r["path"] for r in listed] == sorted(bad)
+    assert all(r["reason"] for r in listed)
+
+
+def test_class_checks_expected_minimum_and_imbalance(tmp_path):
+    for i in range(12):
+        write_image(tmp_path / "big" / f"{i}.png", seed=i)
+    for i in range(2):
+        write_image(tmp_path / "small" / f"{i}.png", seed=100 + i)
+    write_image(tmp_path / "stray" / "0.png", seed=200)
+    rows = build_manifest(tmp_path, 1)
+    p = Validate(min_per_class=3, max_imbalance=5.0, classes=["big", "small", "wanted"])
+    result = check_all(rows, p)
+    assert set(result["dataset"]["missing_class"]) == {"wanted"}
+    assert set(result["dataset"]["imbalance"]) == {"small"}  # 12 / 2 > 5
+    assert set(result["dataset"]["min_per_class"]) == {"small"}
+    assert set(result["issues"]["unexpected_class"]) == {"stray/0.png"}
+    assert set(result["dataset"]) <= set(DATASET)
+
+
+def run_validate(root, rows, on_error):
+    """The stage's command in this process (great_expectations is imported once per session)."""
+    from click.testing import CliRunner
+
+    from stages.validate import main
+
+    write_csv(root / "data/manifest.csv", rows, FIELDS)
+    (root / "params.yaml").write_text(f"validate:\n  on_error: {on_error}\n")
+    return CliRunner().invoke(main, [])
+
+
+def test_fail_names_every_bad_file_and_quarantine_lets_the_rest_through(corrupt, in_tmp):
+    _, bad, good, rows = corrupt
+    proc = run_validate(in_tmp, rows, "fail")
+    assert proc.exit_code == 1 and proc.exception.__class__ is SystemExit
+    for path in bad:
+        assert path in proc.stderr, path
+    assert (in_tmp / "data/quarantine.csv").read_text() == "path,reason\n"
     metrics = json.loads((in_tmp / "metrics/validation.json").read_text())
-    assert metrics["invalid"] == 2 and metrics["valid"] == 3 and metrics["files"] == 5
+    assert metrics["invalid"] == len(bad) and metrics["valid"] == len(good)
+    assert metrics["checks"]["undecodable"] == 4 and metrics["checks"]["label_conflict"] == 2
+
+    proc = run_validate(in_tmp, rows, "quarantine")
+    assert proc.exit_code == 0, proc.output
+    with open(in_tmp / "data/quarantine.csv", newline="") as f:
+        assert {r["path"] for r in csv.DictReader(f)} == set(bad)
+    page = (in_tmp / "reports/validation.html").read_text()
+    assert "<script" not in page and "http" not in page  # self-contained
+    assert all(path.replace("&", "&amp;") in page for path in bad)
+    assert not (in_tmp / "gx").exists() and not (in_tmp / "great_expectations").exists()
+
+
+def test_clean_data_passes_with_an_empty_quarantine(in_tmp):
+    for i in range(6):
+        write_image(in_tmp / "imgs" / "a" / f"{i}.png", seed=i)
+        write_image(in_tmp / "imgs" / "b" / f"{i}.png", seed=10 + i)
+    proc = run_validate(in_tmp, build_manifest(in_tmp / "imgs", 1), "fail")
+    assert proc.exit_code == 0, proc.output
+    assert (in_tmp / "data/quarantine.csv").read_text() == "path,reason\n"
+    metrics = json.loads((in_tmp / "metrics/validation.json").read_text())
+    assert metrics["valid"] == 12 and metrics["invalid"] == 0
+    assert set(metrics["checks"]) == set(BLOCKING + WARNINGS + DATASET)
+
+
+def test_stage_exits_non_zero_naming_files_from_the_command_line(in_tmp):
+    write_image(in_tmp / "imgs" / "a" / "ok.png")
+    (in_tmp / "imgs" / "a" / "zero.png").write_bytes(b"")
+    write_csv(in_tmp / "data/manifest.csv", build_manifest(in_tmp / "imgs", 1), FIELDS)
+    (in_tmp / "params.yaml").write_text("validate:\n  min_per_class: 1\n")
+    proc = run_stage("validate", cwd=in_tmp)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "[empty] a/zero.png" in proc.stderr

@@ -2,14 +2,22 @@
 
 prepare, evaluate, export and predict all go through `load_image` (decode, convert, resize)
 and `normalize` (scale and standardise), so the model never sees pixels prepared two ways.
+`to_model_mode` is the one conversion of odd modes (16-bit, CMYK, palette with transparency,
+animated, EXIF-rotated) to grey or RGB; `inspect_image` is what ingest learns about a file,
+refusing to decode anything whose header promises more than `max_pixels`.
 Only numpy and Pillow here: ONNX consumers can preprocess without torch.
 """
+import functools
 import hashlib
+import warnings
+from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 CHUNK = 1 << 20
+ORIENTATION = 0x0112  # the EXIF tag
+HIGH_BIT_MODES = {"I;16": 16, "I;16B": 16, "I;16L": 16, "I;16N": 16, "I": 32, "F": 32}
 
 
 def sha256_file(path) -> str:
@@ -21,22 +29,145 @@ def sha256_file(path) -> str:
     return digest.hexdigest()
 
 
-def inspect_image(path) -> dict:
-    """Format, size and mode of an image, after a full decode; `error` is empty when it decodes."""
-    facts = {"format": "", "width": 0, "height": 0, "mode": "", "error": ""}
+def has_alpha(img) -> bool:
+    return img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info
+
+
+def open_header(path):
+    """Image.open that reads only the header, even past Pillow's own bomb limit: the caller
+    compares width x height with its own limit before anything is decoded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            return Image.open(path)
+        except Image.DecompressionBombError:
+            limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+            try:
+                return Image.open(path)
+            finally:
+                Image.MAX_IMAGE_PIXELS = limit
+
+
+def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
+    """What a full decode of a file (path or binary file object) finds; `error` is empty when
+    every frame decodes.
+
+    Width and height come from the header; when they exceed `max_pixels` (0 = no limit) the
+    file is a decompression bomb and is never decoded. `phash` (16 hex digits, imagehash's
+    perceptual hash of the converted first frame) lets validate and split find near-duplicates.
+    """
+    facts = {"format": "", "width": 0, "height": 0, "mode": "", "error": "", "frames": 0,
+             "bits": 0, "alpha": 0, "phash": ""}
+    def why(exc):  # the file's name only: outs never hold absolute paths
+        if isinstance(exc, UnidentifiedImageError):  # its message holds a path or an address
+            return "cannot decode: UnidentifiedImageError: not an image format Pillow knows"
+        text = str(exc).replace("\n", " ")
+        if isinstance(path, (str, Path)):
+            text = text.replace(str(path), Path(path).name)
+        return f"cannot decode: {type(exc).__name__}: {text}"
+
     try:
-        with Image.open(path) as img:
-            facts.update(format=img.format or "", width=img.width, height=img.height, mode=img.mode)
-            img.load()  # a header check is not enough: truncated files fail only here
+        img = open_header(path)
     except Exception as exc:  # PIL raises many types; every one means "not a usable image"
-        facts["error"] = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
+        facts["error"] = why(exc)
+        return facts
+    with img:
+        facts.update(format=img.format or "", width=img.width, height=img.height, mode=img.mode,
+                     frames=getattr(img, "n_frames", 1), alpha=int(has_alpha(img)),
+                     bits=HIGH_BIT_MODES.get(img.mode, 1 if img.mode == "1" else 8))
+        if max_pixels and img.width * img.height > max_pixels:
+            facts["error"] = (f"too large: {img.width}x{img.height} = {img.width * img.height} "
+                              f"pixels > validate.max_pixels ({max_pixels}); a possible "
+                              f"decompression bomb, not decoded")
+            return facts
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for frame in range(facts["frames"]):  # a truncated later frame is broken too
+                    img.seek(frame)
+                    img.load()  # a header check is not enough: truncated files fail only here
+                img.seek(0)
+                if with_phash:
+                    facts["phash"] = phash(to_model_mode(shrunk(img), 1))
+        except Exception as exc:
+            facts["error"] = why(exc)
     return facts
+
+
+def _dct_rows(n: int = 32, keep: int = 8) -> np.ndarray:
+    k, x = np.arange(keep)[:, None], np.arange(n)[None, :]
+    return 2.0 * np.cos(np.pi * k * (2 * x + 1) / (2 * n))  # DCT-II, as scipy's default
+
+
+DCT8 = _dct_rows()
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_matrix(n: int) -> np.ndarray:
+    """8 x n: area-average n pixels down (or up) to 32, then the 8 lowest DCT-II frequencies."""
+    edges = np.linspace(0, n, 33)
+    pixels = np.arange(n + 1)
+    overlap = (np.minimum(edges[1:, None], pixels[None, 1:])
+               - np.maximum(edges[:-1, None], pixels[None, :-1])).clip(min=0)
+    return DCT8 @ (overlap / overlap.sum(axis=1, keepdims=True))
+
+
+def shrunk(img, side: int = 64):
+    """A box-filtered reduction to about `side` pixels for hashing: converting a 3000x2000 photo
+    to grey at full size would cost more than decoding it. Unchanged when orientation matters."""
+    factor = min(img.size) // side
+    if factor < 2 or img.mode not in ("L", "RGB") or img.getexif().get(ORIENTATION, 1) != 1:
+        return img
+    return img.reduce(factor)
+
+
+def phash(img) -> str:
+    """A perceptual hash (16 hex digits): the image in grey, area-averaged to 32x32, its 2-D
+    DCT-II, and the 8x8 lowest frequencies compared with their median: imagehash.phash's
+    algorithm with its Lanczos resize replaced by an area average done as two small matrix
+    products (precomputed per image size), so hashing costs far less than decoding."""
+    grey = img if img.mode == "L" else img.convert("L")
+    x = np.frombuffer(grey.tobytes(), np.uint8).reshape(grey.height, grey.width)
+    low = (_hash_matrix(grey.height) @ x @ _hash_matrix(grey.width).T).ravel()
+    middle = sorted(low.tolist())
+    median = (middle[31] + middle[32]) / 2  # np.median's value, without its overhead
+    return np.packbits(low > median).tobytes().hex()
+
+
+def to_model_mode(img, channels: int):
+    """Convert any decoded image to "L" (channels 1) or "RGB" (channels 3), one way for all.
+
+    - EXIF orientation is applied, so pixels are upright as a viewer shows them.
+    - Animated images: the first frame.
+    - 16/32-bit grey (I;16, I, F): scaled to 8 bits by value (>> 8 for 16-bit), not clipped.
+    - Transparency (RGBA, LA, palette with a transparent index): composited onto black.
+    - CMYK, YCbCr, palette and the rest: Pillow's conversion to RGB, then to L if grey.
+    """
+    if getattr(img, "n_frames", 1) > 1:
+        img.seek(0)
+    if img.getexif().get(ORIENTATION, 1) != 1:  # only then: transposing copies the image
+        img = ImageOps.exif_transpose(img)
+    if img.mode in HIGH_BIT_MODES:
+        arr = np.asarray(img)
+        if img.mode == "F":
+            arr = np.clip(arr, 0.0, 1.0) * 255.0 if arr.max(initial=0) <= 1.0 else arr
+        else:
+            arr = np.clip(arr.astype(np.int64), 0, 65535) >> 8
+        img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "L")
+    elif has_alpha(img):
+        rgba = img.convert("RGBA")
+        img = Image.new("RGB", rgba.size, (0, 0, 0))
+        img.paste(rgba, mask=rgba.getchannel("A"))
+    if channels == 1:
+        return img if img.mode == "L" else img.convert(
+            "L" if img.mode == "RGB" else "RGB").convert("L")
+    return img if img.mode == "RGB" else img.convert("RGB")
 
 
 def load_image(path, image_size: int, channels: int) -> np.ndarray:
     """Decode, convert to grey or RGB, and resize to image_size x image_size: uint8 HxWxC."""
     with Image.open(path) as img:
-        img = img.convert("L" if channels == 1 else "RGB")
+        img = to_model_mode(img, channels)
         img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
         arr = np.asarray(img, dtype=np.uint8)
     return arr.reshape(image_size, image_size, channels)

@@ -35,10 +35,19 @@ class Ingest:
 @dataclass(frozen=True)
 class Validate:
     min_side: int = 8  # images with a smaller width or height are rejected
+    max_pixels: int = 50_000_000  # larger images are never decoded (decompression bombs)
+    formats: list[str] = dataclasses.field(  # Pillow format names accepted
+        default_factory=lambda: ["BMP", "GIF", "JPEG", "PNG", "PPM", "TIFF", "WEBP"])
+    classes: list[str] = dataclasses.field(default_factory=list)  # expected; [] = any
+    min_per_class: int = 5  # fewest usable images a class may have
+    max_imbalance: float = 20.0  # largest class / smallest class, at most
+    near_dup_distance: int = 4  # phash Hamming distance at or below which images are near-dups
+    on_error: str = "fail"  # fail | quarantine (list bad files in data/quarantine.csv, go on)
 
 
 @dataclass(frozen=True)
 class Split:
+    by: str = "hash"  # hash (stable as data grows) | time (chronological, needs timestamps)
     seed: int = 42
     val: float = 0.15
     test: float = 0.15
