@@ -1,42 +1,92 @@
 """Train the image classifier on data/processed/ and write models/model.pt.
 
-Randomness is a pure function of (seed, epoch): the weights come from train.seed and each
-epoch's order from a generator seeded by (seed, epoch), so the same inputs give the same bytes.
-Per-epoch train loss, val loss, val accuracy and learning rate are logged with dvclive.
+Resumable: models/checkpoints/last.pt (every epoch, and every train.checkpoint_every_steps
+optimiser steps) holds the whole training state; a re-run resumes from it when its fingerprint
+(params + data + code) matches and otherwise starts fresh, saying why. Randomness is a pure
+function of (seed, epoch, sample index) (stages/lib/augment.py), so a resumed run ends with the
+same bytes as one that never stopped, whatever train.num_workers is.
+
+Loud: the first non-finite loss or gradient stops the run naming the epoch, the step and the
+samples of the batch; last.pt keeps the last good state.
+
+Scales out: with train.nproc > 1 the stage re-runs itself under torchrun (DDP); rank 0 writes.
+
+Test hooks (environment variables; unset they cost nothing, never set them in production):
+  PIPELINE_TEST_KILL_AT_STEP=N   SIGKILL this process right after optimiser step N.
+  PIPELINE_TEST_POISON=<path>    set that train sample (its path in data/split/train.csv) to inf.
 """
+import math
+import os
+import time
 from pathlib import Path
 
 import click
 
-from stages.lib.io import write_json
+from stages.lib.io import StageError, write_json
 from stages.lib.params import load, params_option
 
 MODEL = Path("models/model.pt")
 METRICS = Path("metrics/train.json")
-LIVE_DIR = Path("plots/train")
+LIVE_DIR = Path("plots/train")  # tracked: deterministic per-epoch history only
+PERF_LIVE_DIR = Path("logs/train_live")  # untracked: epoch seconds, samples/s, peak memory
+PROCESSED = Path("data/processed")
+TRAIN_SPLIT = Path("data/split/train.csv")
+KILL_AT_STEP = "PIPELINE_TEST_KILL_AT_STEP"
+POISON = "PIPELINE_TEST_POISON"
+# precision is never called "off": YAML 1.1 (PyYAML) reads a bare off as false, and
+# `dvc exp run -S` rewrites params.yaml without quotes
+CHOICES = {"optimizer": ("adamw", "sgd"), "precision": ("fp32", "bf16", "fp16"),
+           "best_metric": ("val_acc", "val_loss")}
 
 
 def epoch_order(n: int, seed: int, epoch: int):
-    import torch
+    from stages.lib.augment import epoch_order as order
 
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=g)
+    return order(n, seed, epoch)
+
+
+def check_params(p) -> None:
+    for key, allowed in CHOICES.items():
+        if getattr(p, key) not in allowed:
+            raise StageError(f"train.{key}: {getattr(p, key)!r} is not one of "
+                             f"{', '.join(allowed)}; fix it in params.yaml.")
+    positive = ("epochs", "batch_size", "grad_accum_steps", "nproc")
+    for key in positive:
+        if getattr(p, key) < 1:
+            raise StageError(f"train.{key} must be at least 1, got {getattr(p, key)}.")
+    if p.batch_size < p.nproc:
+        raise StageError(f"train.batch_size ({p.batch_size}) is the global batch, split over "
+                         f"train.nproc ({p.nproc}) processes: make it at least train.nproc.")
+    if not 0 <= p.warmup_epochs < p.epochs:
+        raise StageError(f"train.warmup_epochs must be in [0, train.epochs), "
+                         f"got {p.warmup_epochs}.")
+    if not 0 < p.aug_crop_scale <= 1:
+        raise StageError("train.aug_crop_scale must be in (0, 1]; 1.0 turns the crop off.")
+    if p.freeze_backbone and not p.init_from:
+        raise StageError("train.freeze_backbone needs train.init_from (weights to keep).")
+
+
+def lr_factor(p, epoch: int) -> float:
+    """Linear warm-up over train.warmup_epochs, then cosine decay to 0 at train.epochs."""
+    if epoch < p.warmup_epochs:
+        return (epoch + 1) / (p.warmup_epochs + 1)
+    span = p.epochs - p.warmup_epochs
+    return 0.5 * (1 + math.cos(math.pi * (epoch - p.warmup_epochs) / span))
 
 
 def make_optimizer(p, model):
     import torch
 
-    from stages.lib.io import StageError
-
+    params = [q for q in model.parameters() if q.requires_grad]
     if p.optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+        return torch.optim.AdamW(params, lr=p.lr, weight_decay=p.weight_decay)
     if p.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=p.lr, momentum=0.9,
-                               weight_decay=p.weight_decay, nesterov=True)
+        return torch.optim.SGD(params, lr=p.lr, momentum=0.9, weight_decay=p.weight_decay,
+                               nesterov=True)
     raise StageError(f"train.optimizer: unknown {p.optimizer!r}; use adamw or sgd.")
 
 
-def evaluate_loss(model, x, y, batch_size=512):
+def evaluate_loss(model, x, y, batch_size=512, device="cpu"):
     """(mean cross-entropy, accuracy) of model on tensors x, y."""
     import torch
     import torch.nn.functional as F
@@ -45,85 +95,407 @@ def evaluate_loss(model, x, y, batch_size=512):
     loss, correct = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(x), batch_size):
-            logits = model(x[i:i + batch_size])
-            loss += F.cross_entropy(logits, y[i:i + batch_size], reduction="sum").item()
-            correct += (logits.argmax(1) == y[i:i + batch_size]).sum().item()
+            logits = model(x[i:i + batch_size].to(device)).float()
+            yb = y[i:i + batch_size].to(device)
+            loss += F.cross_entropy(logits, yb, reduction="sum").item()
+            correct += (logits.argmax(1) == yb).sum().item()
     return loss / len(x), correct / len(x)
 
 
-def train(p, x_train, y_train, x_val, y_val, meta, log=None):
-    """Train and return (model, history); `log(epoch, record)` is called after each epoch."""
+def set_deterministic(on: bool) -> None:
     import torch
-    import torch.nn.functional as F
 
-    from stages.lib.models import build_model
+    if on:  # cuBLAS reads this when CUDA initialises
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = not on
+
+
+def setup(p, meta, device="cpu"):
+    """Fresh training state: seeded model (optionally from train.init_from), optimizer,
+    per-epoch LR schedule, GradScaler and the position {epoch, batch, step, ...}."""
+    import torch
+
+    from stages.lib.models import build_model, init_from
 
     torch.manual_seed(p.seed)
-    torch.use_deterministic_algorithms(True)
     model = build_model(p.model, len(meta["classes"]), meta["channels"])
+    if p.init_from:
+        skipped = init_from(model, p.init_from, p.freeze_backbone)
+        if skipped:
+            click.echo(f"train: {p.init_from}: head re-initialised ({', '.join(skipped)})")
+    model.to(device)
     opt = make_optimizer(p, model)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=p.epochs)
-    history = []
-    for epoch in range(p.epochs):
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_factor(p, e))
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=p.precision == "fp16")
+    state = {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "seen": 0, "history": [],
+             "best": None}
+    return {"model": model, "opt": opt, "sched": sched, "scaler": scaler, "state": state}
+
+
+def checkpoint(run, p, fingerprint) -> dict:
+    """Everything needed to continue exactly where the run is now."""
+    import dataclasses
+
+    import torch
+
+    model = getattr(run["model"], "module", run["model"])  # unwrap DDP
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return {**run["state"], "model": model.state_dict(), "optimizer": run["opt"].state_dict(),
+            "scheduler": run["sched"].state_dict(), "scaler": run["scaler"].state_dict(),
+            "rng": rng, "params": dataclasses.asdict(p), "fingerprint": fingerprint}
+
+
+def restore(run, ckpt) -> None:
+    import torch
+
+    getattr(run["model"], "module", run["model"]).load_state_dict(ckpt["model"])
+    run["opt"].load_state_dict(ckpt["optimizer"])
+    run["sched"].load_state_dict(ckpt["scheduler"])
+    run["scaler"].load_state_dict(ckpt["scaler"])
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    if "cuda" in ckpt["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+    run["state"] = {k: ckpt[k] for k in run["state"]}
+
+
+class NonFinite(Exception):
+    """A non-finite loss or gradient: .info holds epoch, step and the batch's sample indices."""
+
+    def __init__(self, info):
+        super().__init__(info["what"])
+        self.info = info
+
+
+def peak_memory_bytes(device) -> int:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, world=1):
+    """Train from run["state"]'s position to train.epochs.
+
+    data = (x_train, y_train, x_val, y_val) tensors; on_epoch(record, perf) after each epoch;
+    on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
+    "epoch". Raises NonFinite on the first non-finite loss or gradient (before the step).
+    """
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    from stages.lib.augment import EpochBatches, batches
+
+    x_train, y_train, x_val, y_val = data
+    model, opt, sched, scaler, st = (run[k] for k in ("model", "opt", "sched", "scaler", "state"))
+    trainable = [q for q in model.parameters() if q.requires_grad]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
+    dev_type = torch.device(device).type
+    kill_at = int(os.environ.get(KILL_AT_STEP, "0") or 0)
+    per_rank = p.batch_size // world
+    check_grads = p.precision != "fp16"  # fp16: the GradScaler skips overflowing steps itself
+    while st["epoch"] < p.epochs:
+        epoch = st["epoch"]
         model.train()
         order = epoch_order(len(x_train), p.seed, epoch)
-        lr = opt.param_groups[0]["lr"]
-        total = 0.0
-        for i in range(0, len(order), p.batch_size):
-            idx = order[i:i + p.batch_size]
-            loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
+        if world > 1:  # pad like DistributedSampler so every rank runs the same number of steps
+            order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
+        ds = EpochBatches(x_train, y_train, order, per_rank, p, epoch)
+        start, window, seconds, seen = st["batch"], [], 0.0, 0
+        tic = time.perf_counter()
+        bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
+                   desc=f"epoch {epoch + 1}/{p.epochs}", unit="batch", leave=False)
+        for b, (idx, xb, yb) in enumerate(bar, start):
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+            window.append(idx)
+            with (torch.autocast(dev_type, dtype=dtype) if dtype else contextlib.nullcontext()):
+                loss = F.cross_entropy(model(xb), yb, label_smoothing=p.label_smoothing)
+            scaler.scale(loss / p.grad_accum_steps).backward()
+            value = loss.item()
+            last = b + 1 == len(ds)
+            if not (last or (b + 1) % p.grad_accum_steps == 0):
+                if not math.isfinite(value):
+                    raise NonFinite({"what": f"loss {value}", "epoch": epoch, "batch": b,
+                                     "step": st["step"] + 1, "indices": [idx]})
+                st["loss_sum"] += value * len(idx)
+                st["seen"] += len(idx)
+                seen += len(idx)
+                continue
+            scaler.unscale_(opt)
+            if p.grad_clip > 0:
+                norm = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip)
+            elif check_grads:
+                norm = torch.nn.utils.get_total_norm([q.grad for q in trainable
+                                                      if q.grad is not None])
+            bad = [not math.isfinite(value), check_grads and not torch.isfinite(norm).item()]
+            if world > 1:  # every rank stops together
+                import torch.distributed as dist
+
+                flags = torch.tensor([float(x) for x in bad], device=device)
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+                bad = [bool(x) for x in flags.tolist()]
+            if any(bad):
+                what = f"loss {value}" if bad[0] else f"gradient norm {norm.item()}"
+                raise NonFinite({"what": what, "epoch": epoch, "batch": b,
+                                 "step": st["step"] + 1, "indices": [idx] if bad[0] else window})
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
+            st["loss_sum"] += value * len(idx)
+            st["seen"] += len(idx)
+            st["step"] += 1
+            st["batch"] = b + 1
+            window = []
+            if kill_at and st["step"] == kill_at:
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
+            if on_checkpoint and p.checkpoint_every_steps and not last \
+                    and st["step"] % p.checkpoint_every_steps == 0:
+                seconds += time.perf_counter() - tic
+                on_checkpoint("step")
+                tic = time.perf_counter()
+            seen += len(idx)
+        seconds += time.perf_counter() - tic
+        lr = opt.param_groups[0]["lr"]
         sched.step()
-        val_loss, val_acc = evaluate_loss(model, x_val, y_val)
-        record = {"epoch": epoch + 1, "train_loss": total / len(order), "val_loss": val_loss,
+        loss_sum, count = st["loss_sum"], st["seen"]
+        if world > 1:
+            import torch.distributed as dist
+
+            totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
+            dist.all_reduce(totals)
+            loss_sum, count = totals.tolist()
+        val_loss, val_acc = evaluate_loss(model, x_val, y_val, device=device)
+        record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
                   "val_acc": val_acc, "lr": lr}
-        history.append(record)
-        if log:
-            log(epoch, record)
-    return model, history
+        st["history"].append(record)
+        score = val_acc if p.best_metric == "val_acc" else -val_loss
+        improved = st["best"] is None or score > st["best"]["score"]
+        if improved:
+            st["best"] = {"score": score, "epoch": epoch + 1}
+        st.update(epoch=epoch + 1, batch=0, loss_sum=0.0, seen=0)
+        if on_checkpoint:
+            on_checkpoint("best" if improved else "epoch")
+        perf = {"epoch": epoch + 1, "epoch_seconds": seconds,
+                "samples_per_s": seen * world / seconds if seconds > 0 else 0.0,
+                "peak_memory_bytes": peak_memory_bytes(device)}
+        if on_epoch:
+            on_epoch(record, perf)
+    return run
+
+
+def train(p, x_train, y_train, x_val, y_val, meta, log=None):
+    """Train in memory from scratch; return (model, history). `log(epoch, record)` per epoch."""
+    set_deterministic(p.deterministic)
+    run = setup(p, meta)
+    on_epoch = (lambda rec, perf: log(rec["epoch"] - 1, rec)) if log else None
+    fit(p, run, (x_train, y_train, x_val, y_val), on_epoch=on_epoch)
+    return run["model"], run["state"]["history"]
+
+
+def sample_paths() -> list[str]:
+    """Relative paths of the train samples, in the order of the processed arrays."""
+    from stages.lib.io import read_csv
+
+    return [r["path"] for r in read_csv(TRAIN_SPLIT)]
+
+
+def batch_paths(info, paths) -> list[str]:
+    return sorted({paths[i] for idx in info["indices"] for i in idx.tolist()})
+
+
+def nonfinite_message(info, paths) -> str:
+    names = batch_paths(info, paths)
+    return (f"non-finite {info['what']} at epoch {info['epoch'] + 1}, step {info['step']} "
+            f"(batch {info['batch'] + 1} of the epoch); training stopped, "
+            f"models/checkpoints/last.pt keeps the last good state. Samples in the batch: "
+            f"{', '.join(names)}. Check these files, or lower train.lr / set train.grad_clip.")
+
+
+def oom_message(p, device) -> str:
+    return (f"out of memory on {device} with train.batch_size={p.batch_size}: lower "
+            f"train.batch_size in params.yaml (raise train.grad_accum_steps to keep the "
+            f"effective batch, or set train.precision to bf16/fp16).")
+
+
+def relaunch_under_torchrun(p, params_path) -> None:
+    """Run this stage in train.nproc processes under torchrun, each in a private temp dir."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="train-run-") as tmp:
+        # --standalone picks a free rendezvous port: concurrent runs never meet
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={p.nproc}", "-m", "stages.train", "--params", params_path]
+        click.echo(f"train: running {p.nproc} processes under torchrun")
+        rc = subprocess.call(cmd, env={**os.environ, "TMPDIR": tmp})
+    if rc != 0:
+        raise StageError(f"train under torchrun ({p.nproc} processes) failed with exit code "
+                         f"{rc}; the first error is printed above.")
+
+
+def system_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 @click.command()
 @params_option
 def main(params_path):
-    """Train on data/processed/ and write models/model.pt, metrics/train.json and plots/train/.
+    """Train on data/processed/ and write models/model.pt, models/checkpoints/{last,best}.pt,
+    metrics/train.json and plots/train/ (dvclive history).
 
-    Reads `train.{model,epochs,batch_size,lr,optimizer,weight_decay,seed}` from the params file.
+    Reads the `train` section of the params file. Resumes from models/checkpoints/last.pt
+    when its fingerprint (params, data, code) matches; otherwise starts fresh and says why.
+    With train.nproc > 1 it re-runs itself under torchrun. The run record goes to
+    logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
     """
     p = load("train", params_path)
-    import torch
-    from dvclive import Live
+    check_params(p)
+    if p.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        relaunch_under_torchrun(p, params_path)
+        return
+    import contextlib
+    import dataclasses
 
+    import torch
+
+    from stages.lib import checkpoint as ck
     from stages.lib.images import load_processed
     from stages.lib.models import save_model
     from stages.lib.provenance import run_record, write_run_record
 
-    write_run_record("train", run_record("train", p))
+    set_deterministic(p.deterministic)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if torch.cuda.is_available():
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    else:
+        device = "cpu"
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if device != "cpu" else "gloo")
+    writer = rank == 0
+
     x_train, y_train, meta = load_processed("train")
     x_val, y_val, _ = load_processed("val")
-    tensors = [torch.from_numpy(a) for a in (x_train, y_train, x_val, y_val)]
+    data = [torch.from_numpy(a) for a in (x_train, y_train, x_val, y_val)]
+    if os.environ.get(POISON):  # test hook: see the module docstring
+        data[0][sample_paths().index(os.environ[POISON])] = float("inf")
+    params = dataclasses.asdict(p)
+    # hidden files are other writers' temp files, not data
+    data_files = sorted(f for f in PROCESSED.iterdir() if not f.name.startswith("."))
+    data_files.append(TRAIN_SPLIT)
+    if p.init_from:
+        data_files.append(Path(p.init_from))
+    fingerprint = ck.fingerprint(params, data_files)
 
-    with Live(dir=str(LIVE_DIR), dvcyaml=None, save_dvc_exp=False) as live:
-        def log(epoch, rec):
-            live.log_metric("train/loss", rec["train_loss"])
-            live.log_metric("val/loss", rec["val_loss"])
-            live.log_metric("val/acc", rec["val_acc"])
-            live.log_metric("lr", rec["lr"])
+    run = setup(p, meta, device)
+    ckpt, message = ck.resumable(ck.LAST, fingerprint)
+    if ckpt is not None:
+        restore(run, ckpt)
+    elif writer:
+        for path in (ck.LAST, ck.BEST):
+            path.unlink(missing_ok=True)
+    click.echo(f"train: {message}")
+    record = {**run_record("train", p), "world_size": world, "device_name": device,
+              "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
+              if device != "cpu" else system_memory_bytes(),
+              "resume": message, "fingerprint": fingerprint, "status": "running", "epochs": []}
+    if writer:
+        write_run_record("train", record)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        run["model"] = DistributedDataParallel(run["model"])
+
+    from dvclive import Live
+
+    def on_checkpoint(kind):
+        if not writer:
+            return
+        state = checkpoint(run, p, fingerprint)
+        if kind == "best":
+            ck.save(ck.BEST, state)
+        ck.save(ck.LAST, state)
+
+    # history is replayed from the checkpoint, so it never has gaps or duplicate steps;
+    # only rank 0 opens the Live dirs (opening one clears it)
+    with contextlib.ExitStack() as stack:
+        if writer:
+            live = stack.enter_context(Live(dir=str(LIVE_DIR), dvcyaml=None,
+                                            save_dvc_exp=False))
+        if writer and run["state"]["epoch"] < p.epochs:  # keep the timings of the last run
+            perf_live = stack.enter_context(Live(dir=str(PERF_LIVE_DIR), dvcyaml=None,
+                                                 save_dvc_exp=False))
+        def log_history(rec):
+            for key, name in (("train_loss", "train/loss"), ("val_loss", "val/loss"),
+                              ("val_acc", "val/acc"), ("lr", "lr")):
+                live.log_metric(name, rec[key])
             live.next_step()
+
+        def on_epoch(rec, perf):
+            if not writer:
+                return
+            log_history(rec)
+            perf_live.step = rec["epoch"] - 1
+            for key in ("epoch_seconds", "samples_per_s", "peak_memory_bytes"):
+                perf_live.log_metric(key, perf[key])
+            perf_live.next_step()
+            record["epochs"].append(perf)
             click.echo(f"epoch {rec['epoch']}/{p.epochs}: train loss {rec['train_loss']:.4f} "
-                       f"val loss {rec['val_loss']:.4f} val acc {rec['val_acc']:.4f}")
+                       f"val loss {rec['val_loss']:.4f} val acc {rec['val_acc']:.4f} "
+                       f"lr {rec['lr']:.2e} ({perf['samples_per_s']:.0f} samples/s)")
 
-        model, history = train(p, *tensors, meta, log=log)
+        if writer:
+            for rec in run["state"]["history"]:
+                log_history(rec)
+        try:
+            fit(p, run, data, on_epoch, on_checkpoint, device, rank, world)
+        except NonFinite as exc:
+            paths = sample_paths()
+            message = nonfinite_message(exc.info, paths)
+            info = {"what": exc.info["what"], "epoch": exc.info["epoch"] + 1,
+                    "step": exc.info["step"], "batch": exc.info["batch"] + 1,
+                    "samples": batch_paths(exc.info, paths)}
+            if writer:
+                write_run_record("train", {**record, "status": "failed", "error": message,
+                                           "nonfinite": info})
+            raise StageError(message) from None
+        except torch.cuda.OutOfMemoryError:
+            message = oom_message(p, device)
+            if writer:
+                write_run_record("train", {**record, "status": "failed", "error": message})
+            raise StageError(message) from None
 
-    model_meta = {k: meta[k] for k in ("classes", "image_size", "channels", "mean", "std")}
-    save_model(MODEL, model, {**model_meta, "model": p.model})
-    last = history[-1]
-    write_json(METRICS, {"epochs": len(history), "train_loss": last["train_loss"],
-                         "val_loss": last["val_loss"], "val_acc": last["val_acc"]})
-    click.echo(f"train: val acc {last['val_acc']:.4f} -> {MODEL}")
+    if writer:
+        model = getattr(run["model"], "module", run["model"])
+        model_meta = {k: meta[k] for k in ("classes", "image_size", "channels", "mean", "std")}
+        save_model(MODEL, model, {**model_meta, "model": p.model})
+        history, best = run["state"]["history"], run["state"]["best"]
+        last = history[-1]
+        write_json(METRICS, {"epochs": len(history), "train_loss": last["train_loss"],
+                             "val_loss": last["val_loss"], "val_acc": last["val_acc"],
+                             "best_epoch": best["epoch"]})
+        write_run_record("train", {**record, "status": "ok", "metrics": last,
+                                   "peak_memory_bytes": peak_memory_bytes(device)})
+        click.echo(f"train: val acc {last['val_acc']:.4f} -> {MODEL}")
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

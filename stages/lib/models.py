@@ -79,3 +79,50 @@ def predict_logits(model, x, batch_size: int = 256):
         for i in range(0, len(x), batch_size):
             out.append(model(torch.from_numpy(x[i:i + batch_size])).numpy())
     return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
+
+
+def head_name(model) -> str:
+    """Name prefix of the classification head: the last nn.Linear of the model."""
+    from torch import nn
+
+    names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return names[-1]
+
+
+def init_from(model, path, freeze_backbone: bool = False) -> list[str]:
+    """Load weights for fine-tuning from a model.pt, a training checkpoint or a bare state dict.
+
+    A head whose shape differs (another class count) keeps its fresh initialisation; any other
+    mismatch is an error naming the param. With freeze_backbone only the head stays trainable.
+    Returns the names of the parameters that were not loaded.
+    """
+    from pathlib import Path
+
+    import torch
+
+    from stages.lib.io import StageError
+
+    if not Path(path).is_file():
+        raise StageError(f"train.init_from: {path} not found; give a local weights file or a "
+                         f"previous run's models/model.pt (nothing is downloaded).")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise StageError(
+            f"train.init_from: {path} is not a PyTorch weights file ({exc}).") from None
+    state = blob.get("state_dict", blob.get("model", blob)) if isinstance(blob, dict) else None
+    if not isinstance(state, dict):
+        raise StageError(f"train.init_from: {path} holds no state dict.")
+    own = model.state_dict()
+    head = head_name(model) + "."
+    skipped = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
+    foreign = [k for k in skipped if not k.startswith(head)]
+    if foreign:
+        raise StageError(f"train.init_from: {path} does not fit train.model (e.g. "
+                         f"{', '.join(foreign[:3])}); use weights of the same architecture.")
+    model.load_state_dict({k: v for k, v in state.items() if k in own and k not in skipped},
+                          strict=False)
+    if freeze_backbone:
+        for name, param in model.named_parameters():
+            param.requires_grad_(name.startswith(head))
+    return skipped

@@ -69,7 +69,23 @@ class Train:
     lr: float = 0.003
     optimizer: str = "adamw"  # adamw | sgd
     weight_decay: float = 0.0001
+    warmup_epochs: int = 0  # linear warm-up epochs before the cosine decay
+    label_smoothing: float = 0.0
+    grad_accum_steps: int = 1  # micro-batches per optimiser step
+    grad_clip: float = 0.0  # max global gradient norm; 0 = off
+    precision: str = "fp32"  # fp32 (mixed precision off) | bf16 | fp16 (with a GradScaler)
     seed: int = 0
+    num_workers: int = 0  # DataLoader worker processes; never changes the result
+    deterministic: bool = True  # torch deterministic algorithms (+ cuDNN/cuBLAS flags on GPU)
+    aug_crop_scale: float = 1.0  # random resized crop, min area fraction; 1.0 = off
+    aug_hflip: float = 0.0  # horizontal flip probability; 0 = off
+    aug_rotate: float = 0.0  # max rotation in degrees; 0 = off
+    aug_jitter: float = 0.0  # brightness/contrast jitter strength; 0 = off
+    init_from: str = ""  # weights file or a previous model.pt to start from; "" = random init
+    freeze_backbone: bool = False  # with init_from: train only the classification head
+    checkpoint_every_steps: int = 0  # also write last.pt every N optimiser steps; 0 = per epoch
+    best_metric: str = "val_acc"  # val_acc (higher is better) | val_loss: picks best.pt
+    nproc: int = 1  # processes; > 1 runs under torchrun (DDP: gloo on CPU, nccl on GPU)
 
 
 @dataclass(frozen=True)

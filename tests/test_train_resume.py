@@ -1,0 +1,168 @@
+"""The train stage as a process on a tiny prepared dataset: bit-exact resume after SIGKILL,
+num_workers independence, loud failure on a poisoned sample, fresh start on a param change,
+and torchrun with 2 processes on CPU.
+
+Each test runs `python -m stages.train` in its own temp directory holding data/processed,
+data/split/train.csv and params.yaml (48 train images of 8x8, 6 optimiser steps per epoch).
+"""
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from stages.lib.io import write_csv
+from tests.conftest import run_stage
+
+STEPS_PER_EPOCH = 6
+TINY = {"epochs": 3, "batch_size": 8, "lr": 0.01, "checkpoint_every_steps": 4,
+        "aug_crop_scale": 0.8, "aug_hflip": 0.5, "aug_jitter": 0.1}
+KILLED = -9
+
+
+def make_tiny(root, train=None):
+    """data/processed + data/split/train.csv + params.yaml for a 2-class 8x8 problem."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 48), ("val", 16)):
+        y = np.arange(n) % 2
+        x = (rng.integers(0, 100, (n, 8, 8, 1)) + 120 * y[:, None, None, None]).astype(np.uint8)
+        (root / "data/processed").mkdir(parents=True, exist_ok=True)
+        np.save(root / f"data/processed/{split}_x.npy", x, allow_pickle=False)
+        np.save(root / f"data/processed/{split}_y.npy", y.astype(np.int64), allow_pickle=False)
+    meta = {"classes": ["a", "b"], "image_size": 8, "channels": 1, "mean": [0.5], "std": [0.5],
+            "counts": {"train": 48, "val": 16, "test": 0}}
+    (root / "data/processed/meta.json").write_text(json.dumps(meta))
+    write_csv(root / "data/split/train.csv",
+              [{"path": f"{'ab'[i % 2]}/{i:03d}.png", "label": "ab"[i % 2]} for i in range(48)],
+              ["path", "label"])
+    set_train(root, {**TINY, **(train or {})})
+    return root
+
+
+def set_train(root, train):
+    (root / "params.yaml").write_text(yaml.safe_dump({"train": train}))
+
+
+def train_stage(root, **env):
+    import os
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        return run_stage("train", cwd=root)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
+def outs(root) -> dict:
+    """Bytes of every tracked out of the stage (checkpoints excluded)."""
+    files = [root / "models/model.pt", root / "metrics/train.json",
+             *sorted((root / "plots/train").rglob("*.*"))]
+    return {str(f.relative_to(root)): f.read_bytes() for f in files}
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    root = make_tiny(tmp_path_factory.mktemp("baseline"))
+    proc = train_stage(root)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting fresh: no checkpoint" in proc.stdout
+    return outs(root)
+
+
+def test_uninterrupted_history_has_one_row_per_epoch(baseline):
+    acc = baseline["plots/train/plots/metrics/val/acc.tsv"].decode().splitlines()
+    assert acc == ["step\tacc"] + [f"{i}\t{a.split()[1]}" for i, a in enumerate(acc[1:])]
+    assert len(acc) == 1 + TINY["epochs"]
+
+
+@pytest.mark.parametrize("trial", ["mid-epoch", "epoch-boundary", "after-boundary", "random"])
+def test_killed_run_resumes_to_identical_bytes(baseline, tmp_path, trial):
+    total = TINY["epochs"] * STEPS_PER_EPOCH
+    step = {"mid-epoch": 9, "epoch-boundary": 2 * STEPS_PER_EPOCH,
+            "after-boundary": STEPS_PER_EPOCH + 1,
+            "random": random.Random().randrange(1, total)}[trial]
+    root = make_tiny(tmp_path)
+    killed = train_stage(root, PIPELINE_TEST_KILL_AT_STEP=step)
+    assert killed.returncode == KILLED, (step, killed.stderr)
+    assert not (root / "models/model.pt").exists()
+    resumed = train_stage(root)
+    assert resumed.returncode == 0, resumed.stderr
+    if step >= TINY["checkpoint_every_steps"]:
+        assert "resuming from models/checkpoints/last.pt" in resumed.stdout, resumed.stdout
+    assert outs(root) == baseline, f"killed at step {step}"
+    if trial == "mid-epoch":  # a finished checkpoint: nothing to train, same outs
+        again = train_stage(root)
+        assert "resuming" in again.stdout and "epoch 1/" not in again.stdout
+        assert outs(root) == baseline
+
+
+def test_num_workers_do_not_change_the_result(baseline, tmp_path):
+    root = make_tiny(tmp_path, {"num_workers": 2})
+    proc = train_stage(root)
+    assert proc.returncode == 0, proc.stderr
+    assert outs(root) == baseline
+
+
+def test_poisoned_sample_stops_training_naming_it(tmp_path):
+    root = make_tiny(tmp_path, {"checkpoint_every_steps": 1})
+    proc = train_stage(root, PIPELINE_TEST_POISON="b/007.png")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "non-finite loss" in proc.stderr and "b/007.png" in proc.stderr
+    assert "epoch 1, step " in proc.stderr
+    record = json.loads((root / "logs/train.json").read_text())
+    assert record["status"] == "failed" and "b/007.png" in record["nonfinite"]["samples"]
+    bad_step = record["nonfinite"]["step"]
+    assert f"step {bad_step}" in record["error"]
+    assert not (root / "models/model.pt").exists()
+    if bad_step > 1:  # last.pt is the last good state: the step before, all weights finite
+        last = torch.load(root / "models/checkpoints/last.pt", weights_only=True)
+        assert last["step"] == bad_step - 1
+        assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
+
+
+def test_lr_change_after_interruption_starts_fresh(tmp_path):
+    fresh = make_tiny(tmp_path / "fresh", {"lr": 0.02})
+    assert train_stage(fresh).returncode == 0
+    root = make_tiny(tmp_path / "changed")
+    assert train_stage(root, PIPELINE_TEST_KILL_AT_STEP=10).returncode == KILLED
+    assert (root / "models/checkpoints/last.pt").exists()
+    set_train(root, {**TINY, "lr": 0.02})
+    proc = train_stage(root)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting fresh, not resuming models/checkpoints/last.pt" in proc.stdout
+    assert "train.lr changed (0.01 -> 0.02)" in proc.stdout
+    assert outs(root) == outs(fresh)
+
+
+def test_changed_data_starts_fresh_and_names_the_file(baseline, tmp_path):
+    root = make_tiny(tmp_path, {"epochs": 1})
+    assert train_stage(root).returncode == 0
+    y = np.load(root / "data/processed/train_y.npy")
+    np.save(root / "data/processed/train_y.npy", 1 - y, allow_pickle=False)
+    proc = train_stage(root)
+    assert "starting fresh" in proc.stdout
+    assert "the data changed (data/processed/train_y.npy)" in proc.stdout
+
+
+def test_torchrun_with_two_processes_writes_one_set_of_outs(tmp_path):
+    root = make_tiny(tmp_path, {"nproc": 2, "epochs": 2})
+    proc = train_stage(root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 processes under torchrun" in proc.stdout
+    assert sorted(p.name for p in (root / "models").rglob("*")) == [
+        "best.pt", "checkpoints", "last.pt", "model.pt"]
+    record = json.loads((root / "logs/train.json").read_text())
+    assert record["world_size"] == 2 and record["status"] == "ok"
+    acc = (root / "plots/train/plots/metrics/val/acc.tsv").read_text().splitlines()
+    assert len(acc) == 1 + 2
+    assert json.loads((root / "metrics/train.json").read_text())["epochs"] == 2
+    shutil.rmtree(root / "data")

@@ -1,0 +1,107 @@
+"""Train helpers in process: seeded augmentation, LR schedule, fingerprints, fine-tuning,
+the OOM message, and every precision/optimizer knob on a toy problem."""
+import dataclasses
+
+import pytest
+import torch
+
+from stages.lib import checkpoint as ck
+from stages.lib.augment import EpochBatches, augment, sample_seed
+from stages.lib.io import StageError
+from stages.lib.models import build_model, head_name, init_from, save_model
+from stages.lib.params import Train
+from stages.train import check_params, lr_factor, oom_message, train
+from tests.test_train_eval_export import META, toy_data
+
+AUG = Train(aug_crop_scale=0.5, aug_hflip=0.5, aug_rotate=15.0, aug_jitter=0.2)
+
+
+def test_augmentation_is_a_pure_function_of_seed_epoch_and_index():
+    x = torch.randn(1, 8, 8)
+    a = augment(x, AUG, sample_seed(0, 1, 5))
+    assert torch.equal(a, augment(x, AUG, sample_seed(0, 1, 5)))
+    assert not torch.equal(a, augment(x, AUG, sample_seed(0, 2, 5)))
+    assert not torch.equal(a, augment(x, AUG, sample_seed(0, 1, 6)))
+    assert a.shape == x.shape and torch.isfinite(a).all()
+
+
+def test_a_batch_does_not_depend_on_which_other_batches_were_fetched():
+    x, y = toy_data(20)
+    order = torch.randperm(20, generator=torch.Generator().manual_seed(0))
+    ds = EpochBatches(x, y, order, 8, AUG, epoch=3)
+    late = ds[2]
+    assert [len(ds[b][0]) for b in range(len(ds))] == [8, 8, 4]
+    assert all(torch.equal(a, b) for a, b in zip(late, ds[2], strict=True))
+    assert torch.equal(EpochBatches(x, y, order, 8, Train(), 3)[0][1], x[order[:8]])
+
+
+def test_warmup_then_cosine():
+    p = Train(epochs=10, warmup_epochs=2)
+    assert [lr_factor(p, e) for e in (0, 1, 2)] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert lr_factor(p, 9) < lr_factor(p, 5) < 1
+    assert lr_factor(Train(epochs=4), 0) == 1.0
+
+
+def test_bad_choices_name_the_param():
+    for bad, key in ((Train(precision="fp8"), "train.precision"),
+                     (Train(optimizer="adam"), "train.optimizer"),
+                     (Train(batch_size=1, nproc=2), "train.nproc"),
+                     (Train(freeze_backbone=True), "train.init_from")):
+        with pytest.raises(StageError, match=key.replace(".", r"\.")):
+            check_params(bad)
+
+
+def test_fingerprint_mismatch_says_why(tmp_path):
+    data = tmp_path / "x.npy"
+    data.write_bytes(b"1")
+    code = [tmp_path / "code.py"]
+    code[0].write_text("a")
+    base = ck.fingerprint(dataclasses.asdict(Train()), [data], code)
+    assert ck.mismatch(base, ck.fingerprint(dataclasses.asdict(Train()), [data], code)) == ""
+    neutral = ck.fingerprint(dataclasses.asdict(Train(num_workers=4)), [data], code)
+    assert ck.mismatch(base, neutral) == ""
+    assert "train.lr changed (0.003 -> 0.1)" in ck.mismatch(
+        base, ck.fingerprint(dataclasses.asdict(Train(lr=0.1)), [data], code))
+    data.write_bytes(b"2")
+    code[0].write_text("b")
+    why = ck.mismatch(base, ck.fingerprint(dataclasses.asdict(Train()), [data], code))
+    assert f"the data changed ({data})" in why and "training code changed" in why
+
+
+def test_unreadable_checkpoint_means_a_fresh_start(tmp_path):
+    (tmp_path / "last.pt").write_bytes(b"torn")
+    ckpt, message = ck.resumable(tmp_path / "last.pt", {})
+    assert ckpt is None and "cannot be read" in message and "starting fresh" in message
+
+
+def test_init_from_reinitialises_a_different_head_and_can_freeze(tmp_path):
+    torch.manual_seed(1)
+    source = build_model("small_cnn", 3, 1)
+    save_model(tmp_path / "model.pt", source, {**META, "classes": ["a", "b", "c"],
+                                               "model": "small_cnn"})
+    torch.manual_seed(2)
+    model = build_model("small_cnn", 2, 1)
+    skipped = init_from(model, tmp_path / "model.pt", freeze_backbone=True)
+    head = head_name(model)
+    assert skipped == [f"{head}.bias", f"{head}.weight"]
+    assert torch.equal(model.state_dict()["0.weight"], source.state_dict()["0.weight"])
+    assert [n for n, q in model.named_parameters() if q.requires_grad] == skipped[::-1]
+    with pytest.raises(StageError, match="train.init_from"):
+        init_from(build_model("small_cnn", 2, 1), tmp_path / "missing.pt")
+
+
+def test_out_of_memory_message_names_batch_size_and_param():
+    message = oom_message(Train(batch_size=512), "cuda:0")
+    assert "train.batch_size=512" in message and "lower train.batch_size" in message
+
+
+@pytest.mark.parametrize("knobs", [
+    {"precision": "bf16"}, {"precision": "fp16", "grad_clip": 1.0},
+    {"optimizer": "sgd", "label_smoothing": 0.1, "grad_accum_steps": 3, "warmup_epochs": 1},
+    {"aug_crop_scale": 0.7, "aug_rotate": 10.0, "aug_jitter": 0.1},
+])
+def test_every_knob_trains_to_a_finite_loss(knobs):
+    x, y = toy_data(48)
+    model, history = train(Train(epochs=2, batch_size=8, lr=0.01, **knobs), x, y, x, y, META)
+    assert len(history) == 2 and all(torch.isfinite(torch.tensor(h["train_loss"]))
+                                     for h in history)
