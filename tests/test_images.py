@@ -114,3 +114,4 @@ def test_phash_is_imagehash_phash_up_to_resampling():
             ours, theirs = int(phash(img), 16), int(str(imagehash.phash(img)), 16)
             assert bin(ours ^ theirs).count("1") <= 4
     assert bin(int(phash(photo(1)), 16) ^ int(phash(photo(2)), 16)).count("1") > 10
+

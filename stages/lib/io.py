@@ -13,6 +13,10 @@ from pathlib import Path
 import click
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class StageError(click.ClickException):
     """A problem the user can fix; click prints it as `Error: ...` and exits with code 1."""
 
@@ -26,6 +30,7 @@ def write_bytes(path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; outs get the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
