@@ -352,15 +352,16 @@ def provenance_section(params_path, onnx: dict, git: dict | None) -> str:
     ]
     import platform
 
-    versions = [f'<tr><td>python</td><td data-key="version.python">'
-                f'{esc(platform.python_version())}</td><td class="muted">the interpreter</td></tr>']
+    versions = [f'<span class="param" data-key="version.python">python '
+                f"<b>{esc(platform.python_version())}</b></span>"]
     for name, version in installed.items():
         pinned = lock.get(normalise(name), "")
-        cls = "changed" if pinned and version != pinned else ""
-        note = f"lock pins {pinned}" if cls else ("in the lock" if pinned else "not in the lock")
-        versions.append(f'<tr class="{cls}"><td>{esc(name)}</td>'
-                        f'<td data-key="version.{esc(name)}">{esc(version or "missing")}</td>'
-                        f"<td class=\"muted\">{esc(note)}</td></tr>")
+        differs = bool(pinned) and version != pinned
+        note = (f' <span class="was">lock pins {esc(pinned)}</span>' if differs
+                else "" if pinned else ' <span class="was">not in the lock</span>')
+        versions.append(f'<span class="param{" changed" if differs else ""}" '
+                        f'data-key="version.{esc(name)}">{esc(name)} '
+                        f'<b>{esc(version or "missing")}</b>{note}</span>')
     sections: dict[str, list[str]] = {}
     for key, value, default in params_rows:
         section, name = key.split(".", 1)
@@ -380,12 +381,11 @@ def provenance_section(params_path, onnx: dict, git: dict | None) -> str:
 <h3>Params <span class="muted small">({len(changed)} highlighted: differ from the
 default)</span></h3>
 <table class="kv params">{''.join(params_html)}</table>
-<div class="grid2">
-<div><h3>Environment</h3>
-{table(["package", "version", ""], versions)}</div>
-<div><h3>Code</h3><details><summary>{len(code_files)} files of {esc(CODE_DIR.as_posix())}/
-</summary>{table(["file", "sha256 (first 16)"], code_rows)}</details></div>
-</div>"""
+<h3>Environment <span class="muted small">(installed versions; highlighted: not the version
+requirements.lock pins)</span></h3>
+<p>{' '.join(versions)}</p>
+<details><summary>Code: {len(code_files)} files of {esc(CODE_DIR.as_posix())}/</summary>
+{table(["file", "sha256 (first 16)"], code_rows, "narrow")}</details>"""
 
 
 def data_section(out_path: Path) -> str:
@@ -731,6 +731,7 @@ vertical-align:middle}
 .badge.warn{background:#fef3c7;color:var(--warn)}
 td.best{background:#dcfce7;font-weight:700}td.bad{color:var(--bad)}
 .scroll{overflow-x:auto}
+table.experiments td,table.experiments th{white-space:nowrap}
 details{margin-top:10px}summary{cursor:pointer;color:var(--accent)}
 a{color:var(--accent)}
 footer{color:var(--muted);text-align:center;font-size:12px;padding:0 0 30px}
