@@ -54,11 +54,12 @@ class Browser:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
+        self.stderr = tempfile.TemporaryFile()  # a file, not a pipe: chatter can never block it
         self.proc = subprocess.Popen(
             [executable, *FLAGS, f"--user-data-dir={self.profile}",
              f"--window-size={width},{height}", "about:blank"],
             preexec_fn=wire_fds, pass_fds=(3, 4), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=self.stderr)
         os.close(cmd_read)
         os.close(res_write)
 
@@ -85,7 +86,8 @@ class Browser:
                 raise TimeoutError(f"chromium did not answer within {self.timeout:.0f}s")
             chunk = os.read(self.res_read, 1 << 20)
             if not chunk:
-                err = self.proc.stderr.read().decode(errors="replace")[-2000:]
+                self.stderr.seek(0)
+                err = self.stderr.read().decode(errors="replace")[-2000:]
                 raise RuntimeError(f"chromium closed its DevTools pipe:\n{err}")
             self.buffer += chunk
 
@@ -106,7 +108,7 @@ class Browser:
         finally:
             os.close(self.cmd_write)
             os.close(self.res_read)
-            self.proc.stderr.close()
+            self.stderr.close()
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
