@@ -6,7 +6,7 @@ import pytest
 from tests.conftest import ROOT
 
 STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
-          "smoke", "predict", "serve", "verify", "doctor"]
+          "smoke", "report", "predict", "serve", "verify", "doctor"]
 
 PROBE = """
 import runpy, sys

@@ -27,7 +27,7 @@ def repo(tmp_path_factory):
                         params={"sample.per_class": 30, "train.epochs": 2})
     proc = dvc(root, "repro")
     assert ran(proc) == ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate",
-                         "export"]
+                         "export", "report"]
     git(root, "add", "-A")
     git(root, "commit", "-qm", "first run")
     return root
@@ -63,7 +63,7 @@ def test_forced_reruns_give_identical_hashes(repo):
 def test_lr_change_reruns_only_train_and_after(repo):
     set_params(repo, {"train.lr": 0.01})
     proc = dvc(repo, "repro")
-    assert ran(proc) == ["train", "evaluate", "export"]
+    assert ran(proc) == ["train", "evaluate", "export", "report"]
     before = {k: v for k, v in lock_hashes(repo).items() if k[0] in STAGES_BEFORE_TRAIN}
     assert before == {k: v for k, v in lock_hashes(repo).items() if k in before}
     git(repo, "commit", "-qam", "lr 0.01")
