@@ -129,7 +129,8 @@ def test_hash_input_fast_path_is_the_shared_conversion(tmp_path):
         rgb = photo(7, size=size).resize((size, size * 2 // 3))
         pictures += [(rgb, "PNG", {}), (rgb, "JPEG", {}), (rgb.convert("L"), "JPEG", {}),
                      (rgb, "JPEG", {"exif": rotated.tobytes()}),
-                     (rgb, "PNG", {"transparency": (0, 0, 0)}), (rgb.convert("RGBA"), "PNG", {}),
+                     (rgb, "PNG", {"transparency": rgb.getpixel((0, 0))}),
+                     (rgb.convert("RGBA"), "PNG", {}),
                      (rgb.convert("P"), "PNG", {}), (rgb.convert("CMYK"), "JPEG", {}),
                      (rgb, "GIF", {"save_all": True, "append_images": [photo(8, size=size)]})]
     for i, (img, fmt, kw) in enumerate(pictures):
