@@ -49,21 +49,22 @@ def walk(root: Path):
         rel = here.relative_to(root).as_posix()
         if here != root and not files and not dirnames and not links:
             yield rel + "/", "empty"
+        prefix = "" if rel == "." else rel + "/"  # one Path per folder, not per file
         for name in links:
-            yield (here / name).relative_to(root).as_posix(), "dirlink"
+            yield prefix + name, "dirlink"
         for name in files:
-            yield (here / name).relative_to(root).as_posix(), "file"
+            yield prefix + name, "file"
 
 
 def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
     """The facts of one file (the FACTS columns). Runs in a worker process."""
     from stages.lib.images import CHUNK, inspect_image, sha256_file
 
-    path = Path(root) / rel
+    path = os.path.join(root, rel)  # plain strings: pathlib costs more than a small file's hash
     row = dict.fromkeys(FACTS, "")
-    st = path.lstat()
+    st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        target = path.resolve()
+        target = Path(path).resolve()
         if not target.is_relative_to(Path(root).resolve()):
             # No target in the message: outs never hold absolute paths.
             row["error"] = "symlink escapes data.source: it points outside the source folder"
@@ -71,20 +72,45 @@ def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
         if not target.is_file():
             row["error"] = "broken symlink: its target does not exist"
             return row
-        st = path.stat()
+        st = os.stat(path)
     row["bytes"] = st.st_size
     if row["bytes"] <= CHUNK:  # one chunk: read once, hash and decode the same bytes
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read()
         row["sha256"] = hashlib.sha256(data).hexdigest()
         source = io.BytesIO(data)
     else:
         row["sha256"] = sha256_file(path)
-        source = path
+        source = Path(path)
     if row["bytes"] == 0:
         row["error"] = "empty file: 0 bytes"
         return row
     row.update(inspect_image(source, max_pixels))
     return row
+
+
+_JOB = {}  # a worker's (root, max_pixels), set once by the pool's initializer
+
+
+def start_worker(root: str, max_pixels: int) -> None:
+    _JOB["args"] = (root, max_pixels)
+
+
+def inspect_batch(rels: list[str]) -> list[tuple]:
+    """inspect_file for a batch of files, each row as a tuple in FACTS order: one task and one
+    small pickle per batch instead of a dict per file."""
+    root, max_pixels = _JOB["args"]
+    out = []
+    for rel in rels:
+        row = inspect_file(root, rel, max_pixels)
+        out.append(tuple(row[k] for k in FACTS))
+    return out
+
+
+def batches(todo: list[str], workers: int) -> list[list[str]]:
+    """Consecutive batches of up to 64 files, at least 16 per worker when there are few."""
+    size = max(1, min(64, len(todo) // (workers * 16)))
+    return [todo[i:i + size] for i in range(0, len(todo), size)]
 
 
 def read_labels(root: Path) -> dict[str, dict] | None:
@@ -119,11 +145,11 @@ def read_cache(path) -> dict:
         return {}
 
 
-def stat_key(path: Path) -> list:
+def stat_key(path) -> list:
     try:
-        st = path.stat()  # through a symlink: its target's size and mtime
+        st = os.stat(path)  # through a symlink: its target's size and mtime
     except OSError:
-        st = path.lstat()
+        st = os.lstat(path)
     return [st.st_size, st.st_mtime_ns]
 
 
@@ -139,7 +165,8 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
                if not (labels is not None and rel == LABELS)]
     files = [rel for rel, kind in entries if kind == "file"]
     old = read_cache(cache) if cache else {}
-    keys = {rel: stat_key(root / rel) for rel in files}
+    top = str(root)
+    keys = {rel: stat_key(os.path.join(top, rel)) for rel in files}
     facts = {rel: old[rel]["facts"] for rel in files  # a damaged entry is just a miss
              if isinstance(old.get(rel), dict) and old[rel].get("key") == keys[rel]
              and isinstance(old[rel].get("facts"), dict)}
@@ -148,15 +175,15 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
         import stages.lib.images  # noqa: F401  imported once here, inherited by forked workers
 
         workers = workers or os.cpu_count() or 1
-        n = len(todo)
         todo.sort(key=lambda rel: (-keys[rel][0], rel))  # largest first: no straggler at the end
-        chunk = max(1, min(64, n // (workers * 16)))
-        with ProcessPoolExecutor(workers) as pool:
-            done = pool.map(inspect_file, [str(root)] * n, todo, [max_pixels] * n,
-                            chunksize=chunk)
-            for rel, row in zip(todo, tqdm(done, total=n, desc="ingest", unit="file",
-                                           disable=None), strict=True):
-                facts[rel] = row
+        jobs = batches(todo, workers)
+        with (ProcessPoolExecutor(workers, initializer=start_worker,
+                                  initargs=(top, max_pixels)) as pool,
+              tqdm(total=len(todo), desc="ingest", unit="file", disable=None) as bar):
+            for batch, rows in zip(jobs, pool.map(inspect_batch, jobs), strict=True):
+                for rel, values in zip(batch, rows, strict=True):
+                    facts[rel] = dict(zip(FACTS, values, strict=True))
+                bar.update(len(batch))
     if cache:
         write_bytes(cache, json.dumps({rel: {"key": keys[rel], "facts": facts[rel]}
                                        for rel in files}).encode())

@@ -115,3 +115,44 @@ def test_phash_is_imagehash_phash_up_to_resampling():
             assert bin(ours ^ theirs).count("1") <= 4
     assert bin(int(phash(photo(1)), 16) ^ int(phash(photo(2)), 16)).count("1") > 10
 
+
+def test_hash_input_fast_path_is_the_shared_conversion(tmp_path):
+    """inspect_image hashes `hash_input(img)`: for every kind of image it must be the very
+    pixels of `to_model_mode(shrunk(img), 1)`, or manifests would change with the fast path."""
+    from stages.lib.images import ORIENTATION, hash_input, phash, shrunk, to_model_mode
+    from tests.corrupt import photo
+
+    rotated = Image.Exif()
+    rotated[ORIENTATION] = 6
+    pictures = []
+    for size in (40, 300):
+        rgb = photo(7, size=size).resize((size, size * 2 // 3))
+        pictures += [(rgb, "PNG", {}), (rgb, "JPEG", {}), (rgb.convert("L"), "JPEG", {}),
+                     (rgb, "JPEG", {"exif": rotated.tobytes()}),
+                     (rgb, "PNG", {"transparency": rgb.getpixel((0, 0))}),
+                     (rgb.convert("RGBA"), "PNG", {}),
+                     (rgb.convert("P"), "PNG", {}), (rgb.convert("CMYK"), "JPEG", {}),
+                     (rgb, "GIF", {"save_all": True, "append_images": [photo(8, size=size)]})]
+    for i, (img, fmt, kw) in enumerate(pictures):
+        path = tmp_path / f"{i}.{fmt.lower()}"
+        img.save(path, format=fmt, **kw)
+        with Image.open(path) as a, Image.open(path) as b:
+            a.load()
+            b.load()
+            fast, slow = hash_input(a, getattr(a, "n_frames", 1)), to_model_mode(shrunk(b), 1)
+            assert fast.mode == slow.mode == "L" and fast.size == slow.size, path
+            assert fast.tobytes() == slow.tobytes(), path
+            assert phash(fast) == phash(slow) == inspect_image(path)["phash"], path
+
+
+def test_phash_products_match_the_uint8_form():
+    """phash casts to float64 before the matrix products; the values must be those numpy gives
+    for the uint8 pixels themselves (the form earlier manifests were written with)."""
+    from stages.lib.images import _hash_matrix
+
+    rng = np.random.default_rng(0)
+    for h, w in ((1, 1), (8, 8), (48, 64), (65, 87), (129, 300), (300, 129)):
+        x = rng.integers(0, 256, (h, w), dtype=np.uint8)
+        a = _hash_matrix(h) @ x @ _hash_matrix(w).T
+        b = _hash_matrix(h) @ x.astype(np.float64) @ _hash_matrix(w).T
+        assert np.array_equal(a, b), (h, w)
