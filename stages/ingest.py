@@ -184,7 +184,8 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
                 for rel, values in zip(batch, rows, strict=True):
                     facts[rel] = dict(zip(FACTS, values, strict=True))
                 bar.update(len(batch))
-    if cache:
+    # Nothing inspected and no entry to drop: the cache already holds exactly these entries.
+    if cache and (todo or len(old) != len(files)):
         write_bytes(cache, json.dumps({rel: {"key": keys[rel], "facts": facts[rel]}
                                        for rel in files}).encode())
     rows = [make_row(rel, kind, facts.get(rel), labels) for rel, kind in entries]

@@ -1,4 +1,5 @@
 import csv
+import json
 import os
 
 from stages.ingest import FIELDS, build_manifest, inventory, list_files
@@ -94,13 +95,18 @@ def test_cache_never_changes_the_manifest_and_a_warm_run_rehashes_nothing(tmp_pa
     cache = tmp_path / "cache.json"
     cold, stats = inventory(root, 2, 0, cache)
     assert stats["inspected"] == stats["files"] == 5 and stats["cached"] == 0
+    written = cache.stat().st_mtime_ns
     warm, stats = inventory(root, 2, 0, cache)
     assert warm == cold and stats["inspected"] == 0 and stats["cached"] == 5
+    assert cache.stat().st_mtime_ns == written  # an unchanged tree does not rewrite the cache
     assert inventory(root, 2, 0, None)[0] == cold  # no cache: same rows
     write_image(root / "cat" / "a.png", seed=99)  # changed content: rehashed
     os.utime(root / "cat" / "a.png", ns=(1, 1))
     changed, stats = inventory(root, 2, 0, cache)
     assert stats["inspected"] == 1
+    (root / "dog" / "c.png").unlink()  # a removed file is dropped from the cache
+    inventory(root, 2, 0, cache)
+    assert "dog/c.png" not in json.loads(cache.read_text())
     assert {r["path"]: r for r in changed}["cat/a.png"] == {
         r["path"]: r for r in inventory(root, 1, 0, None)[0]}["cat/a.png"]
 
