@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.lib.images import sha256_file
 from stages.lib.io import StageError
 
 ONNX_MODEL = Path("models/model.onnx")
@@ -92,12 +93,6 @@ class Model:
         return self.runner(normalize(batch, self.mean, self.std))
 
 
-def file_sha256(path) -> str:
-    from stages.lib.images import sha256_file
-
-    return sha256_file(path)
-
-
 def load_onnx(path, threads: int = 0) -> Model:
     import onnxruntime as ort
 
@@ -126,7 +121,7 @@ def load_onnx(path, threads: int = 0) -> Model:
     def run(x):
         return session.run(["logits"], {"input": x})[0]
 
-    return Model("onnxruntime", path.name, sha256=file_sha256(path), runner=run, info=info,
+    return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,
                  **meta)
 
 
@@ -144,7 +139,7 @@ def load_torch(path, threads: int = 0) -> Model:
         with torch.no_grad():
             return model(torch.from_numpy(x)).numpy()
 
-    return Model("torch", path.name, sha256=file_sha256(path), runner=run,
+    return Model("torch", path.name, sha256=sha256_file(path), runner=run,
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
                  **{k: meta[k] for k in META_KEYS})
 
