@@ -202,7 +202,8 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     dev_type = torch.device(device).type
     kill_at = int(os.environ.get(KILL_AT_STEP, "0") or 0)
     per_rank = p.batch_size // world
-    check_grads = p.precision != "fp16"  # fp16: the GradScaler skips overflowing steps itself
+    fp16 = p.precision == "fp16"
+    check_grads = not fp16  # fp16: the GradScaler skips overflowing steps itself
     while st["epoch"] < p.epochs:
         epoch = st["epoch"]
         model.train()
@@ -219,7 +220,8 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             window.append(idx)
             with (torch.autocast(dev_type, dtype=dtype) if dtype else contextlib.nullcontext()):
                 loss = F.cross_entropy(model(xb), yb, label_smoothing=p.label_smoothing)
-            scaler.scale(loss / p.grad_accum_steps).backward()
+            scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
+            (scaler.scale(scaled) if fp16 else scaled).backward()
             value = loss.item()
             last = b + 1 == len(ds)
             if not (last or (b + 1) % p.grad_accum_steps == 0):
@@ -230,12 +232,13 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
                 st["seen"] += len(idx)
                 seen += len(idx)
                 continue
-            scaler.unscale_(opt)
+            if fp16:
+                scaler.unscale_(opt)
             if p.grad_clip > 0:
-                norm = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip)
-            elif check_grads:
-                norm = torch.nn.utils.get_total_norm([q.grad for q in trainable
-                                                      if q.grad is not None])
+                norm, kind = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip), "norm"
+            elif check_grads:  # any nan or inf makes the sum non-finite; cheaper than a norm
+                norm, kind = torch.stack([q.grad.sum() for q in trainable
+                                          if q.grad is not None]).sum(), "sum"
             bad = [not math.isfinite(value), check_grads and not torch.isfinite(norm).item()]
             if world > 1:  # every rank stops together
                 import torch.distributed as dist
@@ -244,11 +247,14 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
                 dist.all_reduce(flags, op=dist.ReduceOp.MAX)
                 bad = [bool(x) for x in flags.tolist()]
             if any(bad):
-                what = f"loss {value}" if bad[0] else f"gradient norm {norm.item()}"
+                what = f"loss {value}" if bad[0] else f"gradient {kind} {norm.item()}"
                 raise NonFinite({"what": what, "epoch": epoch, "batch": b,
                                  "step": st["step"] + 1, "indices": [idx] if bad[0] else window})
-            scaler.step(opt)
-            scaler.update()
+            if fp16:  # the GradScaler skips a step whose gradients overflowed
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             opt.zero_grad(set_to_none=True)
             st["loss_sum"] += value * len(idx)
             st["seen"] += len(idx)
