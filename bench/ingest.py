@@ -10,6 +10,10 @@ rehashed, and peak memory of the ingest process and of its workers, for the full
 tree with a quarter of the small files: worker memory must not grow with the file count, and the
 parent's only by the manifest rows. Timings share the machine with whatever else runs: compare
 the ratios, not the absolute numbers.
+
+The bare loop decodes JPEGs to RGB, as a naive script would; ingest decodes one-frame RGB JPEGs
+to grey at full size (stages.lib.images.prefer_grey), which rejects exactly the same files
+(tests/test_images.py) for less work. Both decode every byte of every file.
 """
 import hashlib
 import io

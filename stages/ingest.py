@@ -35,25 +35,32 @@ FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error", "frame
 
 def list_files(root: Path) -> list[str]:
     """Relative POSIX paths of every non-hidden file (and file symlink) under root, sorted."""
-    return sorted(rel for rel, kind in walk(root) if kind == "file")
+    return sorted(rel for rel, kind, _ in walk(root) if kind == "file")
 
 
-def walk(root: Path):
-    """(relative path, kind) for every entry to inventory: "file", "empty" for a folder with no
-    visible files, "dirlink" for a symlinked folder (never followed)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        links = sorted(d for d in dirnames if not d.startswith(".") and (here / d).is_symlink())
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in links)
-        files = [n for n in filenames if not n.startswith(".")]
-        rel = here.relative_to(root).as_posix()
-        if here != root and not files and not dirnames and not links:
-            yield rel + "/", "empty"
-        prefix = "" if rel == "." else rel + "/"  # one Path per folder, not per file
-        for name in links:
-            yield prefix + name, "dirlink"
-        for name in files:
-            yield prefix + name, "file"
+def walk(root: Path) -> list[tuple]:
+    """(relative path, kind, key) for every entry to inventory: "file" (key: [size, mtime_ns],
+    of a symlink's target), "empty" for a folder with no visible entries, "dirlink" for a
+    symlinked folder (never followed); key None for the last two."""
+    out, folders = [], [(os.fspath(root), "")]
+    while folders:
+        path, prefix = folders.pop()
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # stat by name in it: fewer lookups
+        try:
+            with os.scandir(fd) as it:
+                entries = [e for e in it if not e.name.startswith(".")]
+            if prefix and not entries:
+                out.append((prefix, "empty", None))
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    folders.append((os.path.join(path, e.name), f"{prefix}{e.name}/"))
+                elif e.is_symlink() and e.is_dir():
+                    out.append((prefix + e.name, "dirlink", None))
+                else:
+                    out.append((prefix + e.name, "file", stat_key(e)))
+        finally:
+            os.close(fd)
+    return out
 
 
 def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
@@ -139,17 +146,19 @@ def cache_file(root: Path, max_pixels: int) -> Path:
 
 
 def read_cache(path) -> dict:
+    """{path: [size, mtime_ns, *facts in FACTS order]}; {} when missing or unreadable."""
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        data = json.loads(Path(path).read_text())
+        return data["files"] if data["facts"] == FACTS else {}
+    except (OSError, ValueError, TypeError, KeyError):
         return {}
 
 
-def stat_key(path) -> list:
+def stat_key(entry: os.DirEntry) -> list:
     try:
-        st = os.stat(path)  # through a symlink: its target's size and mtime
+        st = entry.stat()  # through a symlink: its target's size and mtime
     except OSError:
-        st = os.lstat(path)
+        st = entry.stat(follow_symlinks=False)
     return [st.st_size, st.st_mtime_ns]
 
 
@@ -158,53 +167,58 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused}.
     """
-    from tqdm import tqdm
-
     labels = read_labels(root)
-    entries = [(rel, kind) for rel, kind in walk(root)
-               if not (labels is not None and rel == LABELS)]
-    files = [rel for rel, kind in entries if kind == "file"]
+    entries, keys, facts = [], {}, {}
     old = read_cache(cache) if cache else {}
-    top = str(root)
-    keys = {rel: stat_key(os.path.join(top, rel)) for rel in files}
-    facts = {rel: old[rel]["facts"] for rel in files  # a damaged entry is just a miss
-             if isinstance(old.get(rel), dict) and old[rel].get("key") == keys[rel]
-             and isinstance(old[rel].get("facts"), dict)}
-    todo = [rel for rel in files if rel not in facts]
+    for rel, kind, key in walk(root):
+        if labels is not None and rel == LABELS:
+            continue
+        entries.append((rel, kind))
+        if kind == "file":
+            keys[rel] = key
+            hit = old.get(rel)  # a damaged entry is just a miss
+            if (isinstance(hit, list) and hit[:2] == key and len(hit) == len(FACTS) + 2):
+                facts[rel] = hit[2:]
+    todo = [rel for rel in keys if rel not in facts]
     if todo:
+        from tqdm import tqdm
+
         import stages.lib.images  # noqa: F401  imported once here, inherited by forked workers
 
         workers = workers or os.cpu_count() or 1
         todo.sort(key=lambda rel: (-keys[rel][0], rel))  # largest first: no straggler at the end
         jobs = batches(todo, workers)
         with (ProcessPoolExecutor(workers, initializer=start_worker,
-                                  initargs=(top, max_pixels)) as pool,
+                                  initargs=(str(root), max_pixels)) as pool,
               tqdm(total=len(todo), desc="ingest", unit="file", disable=None) as bar):
             for batch, rows in zip(jobs, pool.map(inspect_batch, jobs), strict=True):
-                for rel, values in zip(batch, rows, strict=True):
-                    facts[rel] = dict(zip(FACTS, values, strict=True))
+                facts.update(zip(batch, rows, strict=True))
                 bar.update(len(batch))
     # Nothing inspected and no entry to drop: the cache already holds exactly these entries.
-    if cache and (todo or len(old) != len(files)):
-        write_bytes(cache, json.dumps({rel: {"key": keys[rel], "facts": facts[rel]}
-                                       for rel in files}).encode())
+    if cache and (todo or len(old) != len(keys)):
+        write_bytes(cache, json.dumps({"facts": FACTS, "files": {
+            rel: keys[rel] + list(facts[rel]) for rel in sorted(keys)}}).encode())
     rows = [make_row(rel, kind, facts.get(rel), labels) for rel, kind in entries]
     listed = {rel for rel, _ in entries}
     for rel in sorted(set(labels or ()) - listed):
-        row = make_row(rel, "missing", None, labels)
-        rows.append(row)
+        rows.append(make_row(rel, "missing", None, labels))
     rows.sort(key=lambda r: r["path"])
-    return rows, {"files": len(files), "inspected": len(todo), "cached": len(files) - len(todo)}
+    return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo)}
 
 
-def make_row(rel: str, kind: str, facts: dict | None, labels: dict | None) -> dict:
-    row = dict.fromkeys(FIELDS, "")
-    row.update(facts or {}, path=rel)
-    parts = rel.rstrip("/").split("/")
-    if labels is None:
-        row["label"] = parts[0] if len(parts) > 1 or kind == "empty" else ""
+EMPTY = dict.fromkeys(FIELDS, "")
+BLANK = ("",) * len(FACTS)
+
+
+def make_row(rel: str, kind: str, facts, labels: dict | None) -> dict:
+    """The manifest row of one entry; facts: the FACTS values in order, or None."""
+    if labels is None:  # the class folder
+        top, sep, _ = rel.rstrip("/").partition("/")
+        label, group, timestamp = (top if sep or kind == "empty" else ""), "", ""
     else:
-        row.update(labels.get(rel, {}))
+        given = labels.get(rel, EMPTY)
+        label, group, timestamp = given["label"], given["group"], given["timestamp"]
+    row = dict(zip(FIELDS, (rel, label, *(facts or BLANK), group, timestamp), strict=True))
     if kind == "empty":
         row["error"] = "empty class folder: it holds no files; remove it or add images"
     elif kind == "dirlink":

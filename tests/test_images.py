@@ -119,7 +119,8 @@ def test_phash_is_imagehash_phash_up_to_resampling():
 def test_hash_input_fast_path_is_the_shared_conversion(tmp_path):
     """inspect_image hashes `hash_input(img)`: for every kind of image it must be the very
     pixels of `to_model_mode(shrunk(img), 1)`, or manifests would change with the fast path."""
-    from stages.lib.images import ORIENTATION, hash_input, phash, shrunk, to_model_mode
+    from stages.lib.images import (ORIENTATION, hash_input, phash, prefer_grey, shrunk,
+                                   to_model_mode)
     from tests.corrupt import photo
 
     rotated = Image.Exif()
@@ -137,9 +138,11 @@ def test_hash_input_fast_path_is_the_shared_conversion(tmp_path):
         path = tmp_path / f"{i}.{fmt.lower()}"
         img.save(path, format=fmt, **kw)
         with Image.open(path) as a, Image.open(path) as b:
-            a.load()
-            b.load()
-            fast, slow = hash_input(a, getattr(a, "n_frames", 1)), to_model_mode(shrunk(b), 1)
+            frames = getattr(a, "n_frames", 1)
+            for img in (a, b):  # decoded as inspect_image decodes them (RGB JPEGs as grey)
+                prefer_grey(img, frames)
+                img.load()
+            fast, slow = hash_input(a, frames), to_model_mode(shrunk(b), 1)
             assert fast.mode == slow.mode == "L" and fast.size == slow.size, path
             assert fast.tobytes() == slow.tobytes(), path
             assert phash(fast) == phash(slow) == inspect_image(path)["phash"], path
@@ -156,3 +159,45 @@ def test_phash_products_match_the_uint8_form():
         a = _hash_matrix(h) @ x @ _hash_matrix(w).T
         b = _hash_matrix(h) @ x.astype(np.float64) @ _hash_matrix(w).T
         assert np.array_equal(a, b), (h, w)
+
+
+def test_grey_jpeg_decode_fails_exactly_when_the_rgb_decode_fails():
+    """inspect_image decodes RGB JPEGs as grey (prefer_grey). That must catch every file a full
+    RGB decode rejects, and no other: truncations, overwritten bytes and cut-out runs of
+    baseline, progressive and differently subsampled JPEGs."""
+    import io
+    import random
+    import warnings
+
+    from stages.lib.images import inspect_image
+    from tests.corrupt import photo
+
+    def rgb_error(data):
+        try:
+            with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as img:
+                warnings.simplefilter("ignore")
+                img.load()
+        except Exception:  # noqa: BLE001  any failure is a rejection, as in inspect_image
+            return True
+        return False
+
+    sources = []
+    for kw in ({}, {"progressive": True}, {"subsampling": 0}, {"subsampling": 2, "quality": 50}):
+        buf = io.BytesIO()
+        photo(3, size=96).save(buf, "JPEG", **kw)
+        sources.append(buf.getvalue())
+    rng, rejected = random.Random(0), 0
+    for trial in range(600):
+        data = bytearray(rng.choice(sources))
+        if trial % 3 == 0:
+            data = data[:rng.randrange(len(data))]
+        elif trial % 3 == 1:
+            for _ in range(rng.randrange(1, 20)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        else:
+            i = rng.randrange(len(data))
+            data = data[:i] + data[i + rng.randrange(1, 200):]
+        facts = inspect_image(io.BytesIO(bytes(data)))
+        assert bool(facts["error"]) == rgb_error(bytes(data)), (trial, facts)
+        rejected += bool(facts["error"])
+    assert 100 < rejected < 500  # both outcomes were exercised

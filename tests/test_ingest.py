@@ -106,7 +106,7 @@ def test_cache_never_changes_the_manifest_and_a_warm_run_rehashes_nothing(tmp_pa
     assert stats["inspected"] == 1
     (root / "dog" / "c.png").unlink()  # a removed file is dropped from the cache
     inventory(root, 2, 0, cache)
-    assert "dog/c.png" not in json.loads(cache.read_text())
+    assert "dog/c.png" not in json.loads(cache.read_text())["files"]
     assert {r["path"]: r for r in changed}["cat/a.png"] == {
         r["path"]: r for r in inventory(root, 1, 0, None)[0]}["cat/a.png"]
 

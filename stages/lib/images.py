@@ -79,6 +79,7 @@ def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                prefer_grey(img, facts["frames"])
                 for frame in range(facts["frames"]):  # a truncated later frame is broken too
                     img.seek(frame)
                     img.load()  # a header check is not enough: truncated files fail only here
@@ -90,15 +91,26 @@ def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
     return facts
 
 
+def prefer_grey(img, frames: int = 1) -> None:
+    """Before loading: ask the decoder of a one-frame RGB JPEG for grey, at full size.
+
+    libjpeg still entropy-decodes every component of every scan, so a truncated or corrupt file
+    fails exactly as in an RGB decode (tests/test_images.py checks thousands of corruptions);
+    it skips the chroma IDCT, upsampling and colour conversion, about 40% of the decode, and
+    phash wants grey anyway. The grey is the JPEG's own luma (Y), not Pillow's RGB->L.
+    """
+    if frames == 1 and img.format == "JPEG" and img.mode == "RGB":
+        img.draft("L", None)  # None: no DCT scaling, every pixel
+
+
 def hash_input(img, frames: int = 1):
     """`to_model_mode(shrunk(img), 1)`, the grey picture phash sees, with the common case (one
     upright frame of L or RGB, no transparency) done directly: one EXIF lookup, no copies."""
     if (frames == 1 and img.mode in ("L", "RGB") and "transparency" not in img.info
             and img.getexif().get(ORIENTATION, 1) == 1):
+        grey = img if img.mode == "L" else img.convert("L")
         factor = min(img.size) // 64  # as shrunk's
-        if factor >= 2:
-            img = img.reduce(factor)
-        return img if img.mode == "L" else img.convert("L")
+        return grey.reduce(factor) if factor >= 2 else grey
     return to_model_mode(shrunk(img), 1)
 
 
@@ -121,11 +133,14 @@ def _hash_matrix(n: int) -> np.ndarray:
 
 
 def shrunk(img, side: int = 64):
-    """A box-filtered reduction to about `side` pixels for hashing: converting a 3000x2000 photo
-    to grey at full size would cost more than decoding it. Unchanged when orientation matters."""
+    """A box-filtered reduction to about `side` pixels for hashing, of the grey picture when
+    the image is RGB without transparency (a grey reduction costs a third of an RGB one).
+    Unchanged when orientation matters or the mode is not L or RGB."""
     factor = min(img.size) // side
     if factor < 2 or img.mode not in ("L", "RGB") or img.getexif().get(ORIENTATION, 1) != 1:
         return img
+    if img.mode == "RGB" and not has_alpha(img):
+        img = img.convert("L")
     return img.reduce(factor)
 
 
