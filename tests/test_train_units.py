@@ -105,3 +105,36 @@ def test_every_knob_trains_to_a_finite_loss(knobs):
     model, history = train(Train(epochs=2, batch_size=8, lr=0.01, **knobs), x, y, x, y, META)
     assert len(history) == 2 and all(torch.isfinite(torch.tensor(h["train_loss"]))
                                      for h in history)
+
+
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_non_finite_gradient_with_a_finite_loss_stops_before_the_step(clip):
+    """A gradient that turns NaN while the loss stays finite is caught at the optimiser step
+    (by the gradient sum, or by the clipping norm when clipping is on), naming every micro-batch
+    accumulated into that step, and the step is not taken."""
+    from stages.train import NonFinite, fit, setup
+
+    x, y = toy_data(48)
+    p = Train(epochs=1, batch_size=8, lr=0.01, grad_accum_steps=2, grad_clip=clip)
+    run = setup(p, META)
+    calls = []
+
+    def poison(grad):  # the third micro-batch's gradient: the first of optimiser step 2
+        calls.append(1)
+        return grad * float("nan") if len(calls) == 3 else grad
+
+    next(run["model"].parameters()).register_hook(poison)
+    after_step_1 = {}
+
+    def keep(kind):
+        after_step_1.update({k: v.detach().clone() for k, v in run["model"].named_parameters()})
+
+    with pytest.raises(NonFinite) as err:
+        fit(dataclasses.replace(p, checkpoint_every_steps=1), run, (x, y, x, y),
+            on_checkpoint=keep)
+    info = err.value.info
+    assert info["what"] == f"gradient {'norm' if clip else 'sum'} nan"
+    assert (info["epoch"], info["step"], run["state"]["step"]) == (0, 2, 1)
+    assert [len(i) for i in info["indices"]] == [8, 8]  # micro-batches 3 and 4
+    assert after_step_1 and all(torch.equal(v, after_step_1[k])  # weights as after step 1
+                                for k, v in run["model"].named_parameters())
