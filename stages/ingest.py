@@ -45,7 +45,11 @@ def walk(root: Path) -> list[tuple]:
     out, folders = [], [(os.fspath(root), "")]
     while folders:
         path, prefix = folders.pop()
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # stat by name in it: fewer lookups
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # stat by name in it: fewer lookups
+        except OSError as exc:
+            raise StageError(f"{path}: cannot list this folder ({exc.strerror}); make it "
+                             f"readable or move it out of data.source.") from None
         try:
             with os.scandir(fd) as it:
                 entries = [e for e in it if not e.name.startswith(".")]

@@ -1,6 +1,7 @@
 import csv
 import json
 import os
+import pytest
 
 from stages.ingest import FIELDS, build_manifest, inventory, list_files
 from stages.lib.io import write_csv
@@ -125,3 +126,12 @@ def test_stage_manifest_is_byte_identical_with_and_without_cache(in_tmp):
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[0].decode().splitlines()[0] == ",".join(FIELDS)
     assert list((in_tmp / ".cache" / "ingest").glob("*.json"))
+
+
+def test_a_folder_that_cannot_be_listed_is_an_error_naming_it(tmp_path):
+    """Never a silent skip: a folder ingest cannot open stops it with the folder's name."""
+    from stages.ingest import walk
+    from stages.lib.io import StageError
+
+    with pytest.raises(StageError, match="gone: cannot list this folder"):
+        walk(tmp_path / "gone")
