@@ -1,6 +1,7 @@
 import csv
 import json
 import os
+
 import pytest
 
 from stages.ingest import FIELDS, build_manifest, inventory, list_files
