@@ -1,4 +1,5 @@
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -45,14 +46,34 @@ def run_stage(name, *args, cwd=None):
                           capture_output=True, text=True)
 
 
+TINY_RUN = {"sample.per_class": 20, "train.epochs": 1}
+
+
 @pytest.fixture(scope="session")
 def trained_project(tmp_path_factory):
-    """A project copy on which `dvc repro` ran once (20 images per class, 2 epochs): a real
-    models/model.pt, models/model.onnx, metrics/eval.json and plots/confusion.csv. Shared by the
-    predict and serve tests (session scope, one pipeline run); treat it as read-only."""
-    from stages.lib.project import copy_project, dvc
+    """A project copy on which `dvc repro` ran once with TINY_RUN (20 images per class, 1
+    epoch), committed: a real models/model.pt, models/model.onnx, metrics, plots and report.
+    Shared by every test that needs a run (session scope, one pipeline run); treat it as
+    read-only, and take a `copy_run` of it to change anything."""
+    from stages.lib.project import copy_project, dvc, git
 
-    dest = copy_project(ROOT, tmp_path_factory.mktemp("trained") / "project",
-                        params={"sample.per_class": 20, "train.epochs": 2})
-    dvc(dest, "repro")
+    dest = copy_project(ROOT, tmp_path_factory.mktemp("trained") / "project", params=TINY_RUN)
+    proc = dvc(dest, "repro")
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
+        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
+        "report"]  # every stage, in order
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "tiny run")
     return dest
+
+
+def copy_run(src, dest) -> Path:
+    """An independent copy of a project and its run: git history, DVC cache, outs and
+    file times (so DVC sees nothing changed), without DVC's temp state."""
+    import shutil
+
+    def skip(folder, names):
+        return ["tmp"] if Path(folder) == Path(src) / ".dvc" else []
+
+    shutil.copytree(src, dest, symlinks=True, ignore=skip)
+    return Path(dest)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from stages.lib.project import copy_project, dvc
-from tests.conftest import ROOT
+from stages.lib.project import dvc
+from tests.conftest import copy_run
 from tests.test_export import consume, torch_top1
 
 pytestmark = pytest.mark.e2e
@@ -16,9 +16,8 @@ PARITY = ["max_abs_diff", "max_rel_diff", "top1_agreement"]
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    root = copy_project(ROOT, tmp_path_factory.mktemp("e2e-eval") / "project",
-                        params={"sample.per_class": 20, "train.epochs": 1})
+def repo(trained_project, tmp_path_factory):
+    root = copy_run(trained_project, tmp_path_factory.mktemp("e2e-eval") / "project")
     dvc(root, "exp", "run", "-n", "tiny")
     return root
 

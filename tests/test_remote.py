@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.lib.project import copy_project, dvc, git, lock_hashes, set_params
+from stages.lib.project import dvc, git, lock_hashes, set_params
 from stages.verify import DIFFERENT, IDENTICAL
-from tests.conftest import ROOT, run_stage
+from tests.conftest import copy_run, run_stage
 from tests.test_verify import rows, verify
 
 pytestmark = pytest.mark.e2e
@@ -56,12 +56,10 @@ def s3():
 
 
 @pytest.fixture(scope="module")
-def pushed(s3, tmp_path_factory):
+def pushed(s3, trained_project, tmp_path_factory):
     """A tiny pipeline run, committed, its S3 remote committed, pushed; a bare git origin."""
     base = tmp_path_factory.mktemp("remote")
-    repo = copy_project(ROOT, base / "project", params={"sample.per_class": 20,
-                                                        "train.epochs": 1})
-    dvc(repo, "repro")
+    repo = copy_run(trained_project, base / "project")
     dvc(repo, "remote", "add", "-d", "s3", f"s3://{BUCKET}/store")
     dvc(repo, "remote", "modify", "s3", "endpointurl", s3)
     git(repo, "add", "-A")

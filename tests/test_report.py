@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from stages import report
-from stages.lib.project import copy_project, dvc, git
+from stages.lib.project import dvc, git
 from tests.chromium import find_chromium, load_page
-from tests.conftest import ROOT, run_stage
+from tests.conftest import ROOT, TINY_RUN, copy_run, run_stage
 
 SECTIONS = ["provenance", "data", "training", "evaluation", "export", "experiments"]
-OVERRIDES = {"sample.per_class": 20, "train.epochs": 1}
+OVERRIDES = TINY_RUN
 
 
 class Page(HTMLParser):
@@ -50,11 +50,9 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(trained_project, tmp_path_factory):
     """A project copy on which `dvc repro` ran once with the report as its last stage."""
-    dest = copy_project(ROOT, tmp_path_factory.mktemp("report") / "project", params=OVERRIDES)
-    dvc(dest, "repro")
-    return dest
+    return copy_run(trained_project, tmp_path_factory.mktemp("report") / "project")
 
 
 def page_of(run, name="reports/run.html"):
