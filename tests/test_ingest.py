@@ -136,3 +136,24 @@ def test_a_folder_that_cannot_be_listed_is_an_error_naming_it(tmp_path):
 
     with pytest.raises(StageError, match="gone: cannot list this folder"):
         walk(tmp_path / "gone")
+
+
+def test_a_damaged_cache_is_only_a_miss(tmp_path):
+    """A cache file that is not JSON, or JSON of another shape, or an entry of the wrong shape:
+    those files are hashed again and the manifest is the same as without a cache."""
+    root = tmp_path / "src"
+    make_tree(root)
+    cache = tmp_path / "cache.json"
+    clean = inventory(root, 1, 0, None)[0]
+    for damage in (b"{not json", b"[1, 2]", b'{"facts": ["other"], "files": {}}'):
+        cache.write_bytes(damage)
+        rows, stats = inventory(root, 1, 0, cache)
+        assert rows == clean and stats["inspected"] == 5, damage
+    data = json.loads(cache.read_text())
+    files = data["files"]
+    files["cat/a.png"] = "text"
+    files["cat/b b ü.jpg"] = [files["cat/b b ü.jpg"][0], "eleven char"]
+    files["dog/c.png"] = [files["dog/c.png"][0], files["dog/c.png"][1][:-1]]
+    cache.write_text(json.dumps(data))
+    rows, stats = inventory(root, 1, 0, cache)
+    assert rows == clean and stats["inspected"] == 3
