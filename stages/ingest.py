@@ -8,16 +8,18 @@ columns (plus optional `group` and `timestamp`). Files that cannot be used becom
 `error`; empty class folders become a row too. validate decides what to do with them.
 
 Re-ingesting an unchanged tree rehashes nothing: facts are cached per (path, size, mtime_ns) in
-.cache/ingest/ (gitignored, not a DVC out). The cache only saves work; the manifest's bytes are
-the same with or without it.
+.cache/ingest/ (gitignored, not a DVC out), with the last run's listing and rows, which are
+reused whole when the listing (every path, kind, size and mtime, labels.csv's included) is the
+same. The cache only saves work; the manifest's bytes are the same with or without it.
 """
 import contextlib
 import gc
 import hashlib
 import io
-import json
+import marshal
 import os
 import stat
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -144,20 +146,39 @@ def read_labels(root: Path) -> dict[str, dict] | None:
 
 
 def cache_file(root: Path, max_pixels: int) -> Path:
-    """One cache per (source folder, max_pixels, inspection code): any change starts afresh."""
+    """One cache per (source folder, max_pixels, inspection code, Python version: the file is
+    in marshal's format): any change starts afresh."""
     here = Path(__file__).parent
     code = b"".join(m.read_bytes() for m in (here / "ingest.py", here / "lib/images.py"))
-    key = hashlib.sha256(f"{root.resolve()}\0{max_pixels}\0".encode() + code).hexdigest()[:24]
-    return CACHE_DIR / f"{key}.json"
+    salt = f"{root.resolve()}\0{max_pixels}\0{sys.version}\0".encode()
+    return CACHE_DIR / f"{hashlib.sha256(salt + code).hexdigest()[:24]}.marshal"
 
 
 def read_cache(path) -> dict:
-    """{path: [[size, mtime_ns], [facts in FACTS order]]}; {} when missing or unreadable."""
+    """The last run at this cache: {"listing": walk's output, "rows": the manifest rows,
+    "facts": {path: FACTS values}}; {} when missing or unreadable. marshal, not JSON: it loads
+    2x faster, and the file is only ever written by this stage, atomically."""
     try:
-        data = json.loads(Path(path).read_text())
-        return data["files"] if data["facts"] == FACTS else {}
-    except (OSError, ValueError, TypeError, KeyError):
+        data = marshal.loads(Path(path).read_bytes())
+        if (data["fields"] == FIELDS and data["facts_fields"] == FACTS
+                and isinstance(data["listing"], list) and isinstance(data["rows"], list)
+                and isinstance(data["facts"], dict)):
+            return data
+    except (OSError, ValueError, EOFError, TypeError, KeyError):
+        pass
+    return {}
+
+
+def reusable(last: dict, keys: dict) -> dict:
+    """{path: facts} from the last run, for files whose [size, mtime_ns] is unchanged. A
+    damaged entry is just a miss."""
+    try:
+        before = {rel: key for rel, kind, key in last.get("listing", ()) if kind == "file"}
+    except (TypeError, ValueError):
         return {}
+    return {rel: facts for rel, facts in last.get("facts", {}).items()
+            if keys.get(rel, False) == before.get(rel)
+            and isinstance(facts, (list, tuple)) and len(facts) == len(FACTS)}
 
 
 def stat_key(entry: os.DirEntry) -> list:
@@ -188,19 +209,14 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused}.
     """
     labels = read_labels(root)
-    entries, keys, facts = [], {}, {}
     with no_gc():
-        old = read_cache(cache) if cache else {}
-        for rel, kind, key in walk(root):
-            if labels is not None and rel == LABELS:
-                continue
-            entries.append((rel, kind))
-            if kind == "file":
-                keys[rel] = key
-                hit = old.get(rel)  # a damaged entry is just a miss
-                if (isinstance(hit, list) and len(hit) == 2 and hit[0] == key
-                        and isinstance(hit[1], list) and len(hit[1]) == len(FACTS)):
-                    facts[rel] = hit[1]
+        listing = walk(root)  # labels.csv included: a change to it changes the rows
+        last = read_cache(cache) if cache else {}
+        entries = [e for e in listing if labels is None or e[0] != LABELS]
+        keys = {rel: key for rel, kind, key in entries if kind == "file"}
+        if last and last["listing"] == listing:  # nothing changed: the same rows
+            return last["rows"], {"files": len(keys), "inspected": 0, "cached": len(keys)}
+        facts = reusable(last, keys)
     todo = [rel for rel in keys if rel not in facts]
     if todo:
         from tqdm import tqdm
@@ -217,15 +233,15 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
                 facts.update(zip(batch, rows, strict=True))
                 bar.update(len(batch))
     with no_gc():
-        # Nothing inspected and no entry to drop: the cache already holds exactly these entries.
-        if cache and (todo or len(old) != len(keys)):
-            write_bytes(cache, json.dumps({"facts": FACTS, "files": {
-                rel: [keys[rel], list(facts[rel])] for rel in sorted(keys)}}).encode())
-        rows = [make_row(rel, kind, facts.get(rel), labels) for rel, kind in entries]
-        listed = {rel for rel, _ in entries}
+        rows = [make_row(rel, kind, facts.get(rel), labels) for rel, kind, _ in entries]
+        listed = {e[0] for e in entries}
         for rel in sorted(set(labels or ()) - listed):
             rows.append(make_row(rel, "missing", None, labels))
         rows.sort(key=lambda r: r["path"])
+        if cache:
+            write_bytes(cache, marshal.dumps({  # strings shared with the rows are stored once
+                "fields": FIELDS, "facts_fields": FACTS, "listing": listing, "rows": rows,
+                "facts": {rel: facts[rel] for rel in keys}}))
     return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo)}
 
 

@@ -1,5 +1,5 @@
 import csv
-import json
+import marshal
 import os
 
 import pytest
@@ -94,7 +94,7 @@ def test_labels_csv_gives_labels_groups_and_timestamps(tmp_path):
 def test_cache_never_changes_the_manifest_and_a_warm_run_rehashes_nothing(tmp_path):
     root = tmp_path / "src"
     make_tree(root)
-    cache = tmp_path / "cache.json"
+    cache = tmp_path / "cache.marshal"
     cold, stats = inventory(root, 2, 0, cache)
     assert stats["inspected"] == stats["files"] == 5 and stats["cached"] == 0
     written = cache.stat().st_mtime_ns
@@ -108,7 +108,7 @@ def test_cache_never_changes_the_manifest_and_a_warm_run_rehashes_nothing(tmp_pa
     assert stats["inspected"] == 1
     (root / "dog" / "c.png").unlink()  # a removed file is dropped from the cache
     inventory(root, 2, 0, cache)
-    assert "dog/c.png" not in json.loads(cache.read_text())["files"]
+    assert "dog/c.png" not in {r["path"] for r in marshal.loads(cache.read_bytes())["rows"]}
     assert {r["path"]: r for r in changed}["cat/a.png"] == {
         r["path"]: r for r in inventory(root, 1, 0, None)[0]}["cat/a.png"]
 
@@ -126,7 +126,7 @@ def test_stage_manifest_is_byte_identical_with_and_without_cache(in_tmp):
     assert "5 hashed" in reports[2]
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[0].decode().splitlines()[0] == ",".join(FIELDS)
-    assert list((in_tmp / ".cache" / "ingest").glob("*.json"))
+    assert list((in_tmp / ".cache" / "ingest").glob("*.marshal"))
 
 
 def test_a_folder_that_cannot_be_listed_is_an_error_naming_it(tmp_path):
@@ -139,21 +139,47 @@ def test_a_folder_that_cannot_be_listed_is_an_error_naming_it(tmp_path):
 
 
 def test_a_damaged_cache_is_only_a_miss(tmp_path):
-    """A cache file that is not JSON, or JSON of another shape, or an entry of the wrong shape:
-    those files are hashed again and the manifest is the same as without a cache."""
+    """A cache file that is not marshal data, data of another shape, entries of the wrong
+    shape: those files are hashed again and the manifest is the same as without a cache."""
     root = tmp_path / "src"
     make_tree(root)
-    cache = tmp_path / "cache.json"
+    cache = tmp_path / "cache.marshal"
     clean = inventory(root, 1, 0, None)[0]
-    for damage in (b"{not json", b"[1, 2]", b'{"facts": ["other"], "files": {}}'):
+    for damage in (b"\x00garbage", marshal.dumps([1, 2]), marshal.dumps({"fields": ["other"]}),
+                   marshal.dumps({"fields": FIELDS, "listing": "x", "rows": []})):
         cache.write_bytes(damage)
         rows, stats = inventory(root, 1, 0, cache)
         assert rows == clean and stats["inspected"] == 5, damage
-    data = json.loads(cache.read_text())
-    files = data["files"]
-    files["cat/a.png"] = "text"
-    files["cat/b b ü.jpg"] = [files["cat/b b ü.jpg"][0], "eleven char"]
-    files["dog/c.png"] = [files["dog/c.png"][0], files["dog/c.png"][1][:-1]]
-    cache.write_text(json.dumps(data))
+    data = marshal.loads(cache.read_bytes())
+    data["listing"].append(("ghost/", "empty", None))  # no whole-tree shortcut
+    facts = data["facts"]
+    facts["cat/a.png"] = "text"
+    facts["cat/b b ü.jpg"] = facts["cat/b b ü.jpg"][:-1]
+    facts["dog/c.png"] = None
+    cache.write_bytes(marshal.dumps(data))
     rows, stats = inventory(root, 1, 0, cache)
     assert rows == clean and stats["inspected"] == 3
+    cache.write_bytes(marshal.dumps({**data, "listing": [("x",)]}))  # a damaged listing
+    rows, stats = inventory(root, 1, 0, cache)
+    assert rows == clean and stats["inspected"] == 5
+
+
+def test_a_warm_run_returns_the_cached_rows_only_when_nothing_changed(tmp_path):
+    """The whole-tree shortcut: same listing (paths, kinds, sizes, mtimes, labels.csv) gives the
+    cached rows; a new labels.csv, a touched file or a new empty folder does not."""
+    root = tmp_path / "src"
+    make_tree(root)
+    cache = tmp_path / "cache.marshal"
+    inventory(root, 1, 0, cache)
+    data = marshal.loads(cache.read_bytes())
+    data["rows"][0]["label"] = "from the cache"  # marks rows that came from the shortcut
+    cache.write_bytes(marshal.dumps(data))
+    assert inventory(root, 1, 0, cache)[0][0]["label"] == "from the cache"
+    for change in (lambda: (root / "dog" / "new").mkdir(),
+                   lambda: os.utime(root / "cat" / "a.png", ns=(5, 5)),
+                   lambda: (root / "labels.csv").write_text("path,label\ncat/a.png,cat\n")):
+        change()
+        cache.write_bytes(marshal.dumps(data))
+        rows = inventory(root, 1, 0, cache)[0]
+        assert all(r["label"] != "from the cache" for r in rows)
+        assert rows == inventory(root, 1, 0, None)[0]
