@@ -148,7 +148,7 @@ def main(small, large, workers, rounds):
         bares, colds = [], []
         for r in range(rounds):  # in turn, so a slow spell of the machine hits both
             n, bare = bare_loop(tmp / "tree")
-            cold = probe(tmp / "tree", workers, tmp / f"cache{r}.json")  # a new cache: cold
+            cold = probe(tmp / "tree", workers, tmp / f"cache{r}.marshal")  # a new cache: cold
             bares.append(bare)
             colds.append(cold)
             print(f"round {r + 1}: bare loop {n / bare:,.0f} files/s, ingest cold "
@@ -160,14 +160,14 @@ def main(small, large, workers, rounds):
               f"({bare:.1f} s, median)")
         print(f"ingest cold: {n / cold_s:,.0f} files/s ({cold_s:.1f} s, median); ratio to bare "
               f"loop {ratio:.2f} (median of rounds; target >= 1.6 on 2 cores)")
-        warms = [probe(tmp / "tree", workers, tmp / f"cache{rounds - 1}.json")
+        warms = [probe(tmp / "tree", workers, tmp / f"cache{rounds - 1}.marshal")
                  for _ in range(rounds)]
         warm = statistics.median(w["seconds"] for w in warms)
         print(f"ingest warm: {warm:.2f} s (median of {rounds}) = 1/{cold_s / warm:.0f} of cold "
               f"(target <= 1/20); rehashed {max(w['inspected'] for w in warms)} of {n}")
         cold = colds[-1]
         m = quarter_tree(tmp / "tree", tmp / "quarter")
-        quarter = probe(tmp / "quarter", workers, tmp / "cache-quarter.json")
+        quarter = probe(tmp / "quarter", workers, tmp / "cache-quarter.marshal")
         for name, files, r in (("quarter", m, quarter), ("full", n, cold)):
             print(f"peak memory, {name} tree ({files} files): ingest process "
                   f"{r['parent_mib']:.0f} MiB (the manifest rows as Python dicts: "

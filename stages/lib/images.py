@@ -105,12 +105,11 @@ def prefer_grey(img, frames: int = 1) -> None:
 
 def hash_input(img, frames: int = 1):
     """`to_model_mode(shrunk(img), 1)`, the grey picture phash sees, with the common case (one
-    upright frame of L or RGB, no transparency) done directly: one EXIF lookup, no copies."""
+    upright frame of L or RGB, no transparency) without to_model_mode's checks and copies."""
     if (frames == 1 and img.mode in ("L", "RGB") and "transparency" not in img.info
             and img.getexif().get(ORIENTATION, 1) == 1):
-        grey = img if img.mode == "L" else img.convert("L")
-        factor = min(img.size) // 64  # as shrunk's
-        return grey.reduce(factor) if factor >= 2 else grey
+        small = shrunk(img)
+        return small if small.mode == "L" else small.convert("L")
     return to_model_mode(shrunk(img), 1)
 
 
