@@ -83,11 +83,13 @@ def test_uninterrupted_history_has_one_row_per_epoch(baseline):
     assert len(acc) == 1 + TINY["epochs"]
 
 
-@pytest.mark.parametrize("trial", ["mid-epoch", "epoch-boundary", "after-boundary", "random"])
+@pytest.mark.parametrize("trial", ["mid-epoch", "epoch-boundary", "after-boundary",
+                                   "at-first-checkpoint", "random"])
 def test_killed_run_resumes_to_identical_bytes(baseline, tmp_path, trial):
     total = TINY["epochs"] * STEPS_PER_EPOCH
     step = {"mid-epoch": 9, "epoch-boundary": 2 * STEPS_PER_EPOCH,
             "after-boundary": STEPS_PER_EPOCH + 1,
+            "at-first-checkpoint": TINY["checkpoint_every_steps"],  # killed before writing it
             "random": random.Random().randrange(1, total)}[trial]
     root = make_tiny(tmp_path)
     killed = train_stage(root, PIPELINE_TEST_KILL_AT_STEP=step)
@@ -95,8 +97,11 @@ def test_killed_run_resumes_to_identical_bytes(baseline, tmp_path, trial):
     assert not (root / "models/model.pt").exists()
     resumed = train_stage(root)
     assert resumed.returncode == 0, resumed.stderr
-    if step >= TINY["checkpoint_every_steps"]:
-        assert "resuming from models/checkpoints/last.pt" in resumed.stdout, resumed.stdout
+    # The kill comes right after optimiser step N, before that step's checkpoint is written.
+    if step > TINY["checkpoint_every_steps"]:
+        assert "resuming from models/checkpoints/last.pt" in resumed.stdout, (step, resumed.stdout)
+    else:
+        assert "starting fresh: no checkpoint" in resumed.stdout, (step, resumed.stdout)
     assert outs(root) == baseline, f"killed at step {step}"
     if trial == "mid-epoch":  # a finished checkpoint: nothing to train, same outs
         again = train_stage(root)
