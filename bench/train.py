@@ -52,8 +52,9 @@ def main(epochs, params_path, samples):
     import torch
 
     import stages.lib.augment as augment
-    from stages.lib.models import build_model
     from stages.lib.params import load
+    from stages.tasks import current
+    from stages.tasks.classification.model import build_model
     from stages.train import fit, make_optimizer, set_deterministic, setup
 
     p = load("train", params_path)
@@ -63,7 +64,7 @@ def main(epochs, params_path, samples):
     y = torch.randint(0, 10, (samples,), generator=g)
     meta = {"classes": [str(i) for i in range(10)], "channels": 1}
     set_deterministic(p.deterministic)
-    run = setup(p, meta)
+    run = setup(p, meta, current(params_path))
     torch.manual_seed(p.seed)
     bare_model = build_model(p.model, 10, 1)
     bare_opt = make_optimizer(p, bare_model)

@@ -1,29 +1,28 @@
 """Export models/model.pt to a single-file ONNX model and prove it agrees with PyTorch.
 
-The ONNX graph has a dynamic batch axis, input `input` and output `logits`. Its metadata
-(every value JSON-encoded) carries what a consumer needs to feed it: `classes` (in output
-order), `image_size`, `channels`, `mean`, `std`, and where it came from: `code_sha256`,
+The ONNX graph has a dynamic batch axis, input `input` and the task's outputs (classification:
+`logits`). Its metadata (every value JSON-encoded) carries what a consumer needs to feed it:
+`task`, the task's keys (classification: `classes`, in output order), `image_size`, `channels`,
+`mean`, `std`, and where it came from: `code_sha256`,
 `manifest_sha256`, `params_sha256`, `model_sha256`. The git commit is deliberately NOT in the
 file (it would change the bytes of a DVC-cached out with every commit, so `dvc repro` could never
 reproduce dvc.lock); it goes to the run record logs/export.json.
 
 Parity gate: the test images (or the first `export.parity_samples`) go through PyTorch and
 through onnxruntime at batch size 1 and at `export.parity_batch`. An image fails when its largest
-logit difference exceeds `atol + rtol * max|PyTorch logit|` or its top-1 class differs; then the
-stage fails naming the worst image and writes no model file.
+output difference exceeds `atol + rtol * max|PyTorch output|` or the task's decision differs
+(classification: the top-1 class); then the stage fails naming the worst image and writes no
+model file.
 
-Test hook: when the environment variable PIPELINE_TEST_EXPORT_MEAN_SHIFT is set to a number, the
-exported graph adds it to its input (as if normalised with a different mean), so tests can prove
-the gate catches a preprocessing mismatch. Unset, it costs one dict lookup.
+Test hook (stages/lib/hooks.py): EXPORT_MEAN_SHIFT.
 """
 import json
-import os
 from pathlib import Path
 
 import click
 
 from stages.lib.io import StageError, read_csv, write_bytes, write_json
-from stages.lib.params import load, params_option
+from stages.lib.params import load, params_option, task_name
 
 MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
@@ -34,31 +33,36 @@ TEST_SPLIT = Path("data/split/test.csv")
 MANIFEST = Path("data/manifest.csv")
 # The code that decides the exported bytes: all of it is a dep of the stage in dvc.yaml, so
 # the hash in the metadata is the hash `dvc repro` would reproduce.
-CODE_FILES = ("stages/export.py", "stages/lib/images.py", "stages/lib/models.py",
-              "stages/lib/provenance.py")
+CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/images.py",
+              "stages/lib/models.py", "stages/lib/provenance.py")
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
-PREPROCESSING_KEYS = ("classes", "image_size", "channels", "mean", "std")
-MEAN_SHIFT_ENV = "PIPELINE_TEST_EXPORT_MEAN_SHIFT"
+PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
 
 
-def provenance(params_path) -> dict:
+def provenance(params_path, task) -> dict:
     """Deterministic hashes of the code, data manifest, params and weights behind the export."""
     import hashlib
 
     from stages.lib.provenance import file_sha256, params_hash
+    from stages.tasks import code_files
 
     code = hashlib.sha256()
-    for path in sorted(CODE_FILES):
+    root = Path(__file__).resolve().parent.parent
+    task_code = [f.relative_to(root).as_posix() for f in code_files(task)]
+    for path in sorted([*CODE_FILES, *task_code]):
         code.update(f"{path}\0{file_sha256(path)}\n".encode())
     params = {s: params_hash(load(s, params_path)) for s in PROVENANCE_PARAMS}
+    params["task"] = params_hash({"task": task_name(params_path)})
     return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
             "params_sha256": params_hash(params), "model_sha256": file_sha256(MODEL)}
 
 
 def with_test_hook(model):
     """The model to export: unchanged unless the parity-breaking test hook is set."""
-    shift = os.environ.get(MEAN_SHIFT_ENV)
+    from stages.lib import hooks
+
+    shift = hooks.value("EXPORT_MEAN_SHIFT")
     if not shift:
         return model
     from torch import nn
@@ -70,7 +74,7 @@ def with_test_hook(model):
     return nn.Sequential(ShiftInput(), model).eval()
 
 
-def onnx_bytes(model, meta, extra_metadata: dict | None = None) -> bytes:
+def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     """Export to ONNX in memory; metadata holds everything a consumer needs to preprocess."""
     import tempfile
     import warnings
@@ -83,10 +87,12 @@ def onnx_bytes(model, meta, extra_metadata: dict | None = None) -> bytes:
         warnings.simplefilter("ignore")
         path = Path(tmp) / "model.onnx"
         torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
-                          output_names=["logits"], external_data=False, verbose=False,
+                          output_names=list(task.output_names), external_data=False,
+                          verbose=False,
                           dynamic_shapes=({0: torch.export.Dim("batch")},))
         proto = onnx.load(str(path))
-    metadata = {**{k: meta[k] for k in PREPROCESSING_KEYS}, **(extra_metadata or {})}
+    keys = (*task.meta_keys, *PREPROCESSING_KEYS)
+    metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
     for key in sorted(metadata):
         proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
     try:
@@ -97,16 +103,17 @@ def onnx_bytes(model, meta, extra_metadata: dict | None = None) -> bytes:
 
 
 def onnx_logits(blob: bytes, x, batch_size: int):
-    """onnxruntime logits of a normalised float32 batch, run batch_size images at a time."""
+    """onnxruntime's first output of a normalised float32 batch, batch_size images at a time."""
     import numpy as np
     import onnxruntime as ort
 
     session = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
-    return np.concatenate([session.run(["logits"], {"input": x[i:i + batch_size]})[0]
+    first = session.get_outputs()[0].name
+    return np.concatenate([session.run([first], {"input": x[i:i + batch_size]})[0]
                            for i in range(0, len(x), batch_size)])
 
 
-def torchscript_bytes(model, meta) -> bytes:
+def torchscript_bytes(model, meta, task) -> bytes:
     """A traced TorchScript module with the same preprocessing metadata as extra files."""
     import io
     import warnings
@@ -115,7 +122,7 @@ def torchscript_bytes(model, meta) -> bytes:
 
     example = torch.zeros(2, meta["channels"], meta["image_size"], meta["image_size"])
     buf = io.BytesIO()
-    extra = {k: json.dumps(meta[k]) for k in PREPROCESSING_KEYS}
+    extra = {k: json.dumps(meta[k]) for k in (*task.meta_keys, *PREPROCESSING_KEYS)}
     # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
@@ -135,32 +142,34 @@ def torchscript_logits(blob: bytes, x, batch_size: int):
                                for i in range(0, len(x), batch_size)])
 
 
-def compare(reference, candidate, atol: float, rtol: float) -> dict:
-    """Per-image comparison of two N x classes logit arrays (numpy arrays of length N).
+def compare(reference, candidate, atol: float, rtol: float, task) -> dict:
+    """Per-image comparison of two N x ... output arrays (numpy arrays of length N).
 
     abs: max |candidate - reference|; rel: abs / max |reference|; excess: abs beyond the
-    tolerance atol + rtol * max |reference| (> 0 fails); agree: same top-1 class.
+    tolerance atol + rtol * max |reference| (> 0 fails); agree: the task's decision agrees.
     """
     import numpy as np
 
-    abs_diff = np.abs(candidate.astype(np.float64) - reference).max(axis=1)
-    scale = np.abs(reference.astype(np.float64)).max(axis=1)
+    n = len(reference)
+    diff = np.abs(candidate.astype(np.float64) - reference).reshape(n, -1)
+    abs_diff = diff.max(axis=1)
+    scale = np.abs(reference.astype(np.float64)).reshape(n, -1).max(axis=1)
     return {"abs": abs_diff, "rel": abs_diff / np.maximum(scale, np.finfo(np.float64).tiny),
             "excess": abs_diff - (atol + rtol * scale),
-            "agree": candidate.argmax(1) == reference.argmax(1)}
+            "agree": task.agree(reference, candidate)}
 
 
-def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str):
-    """(metrics, error message or "") comparing PyTorch logits with each batch size's run."""
+def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str, task):
+    """(metrics, error message or "") comparing PyTorch outputs with each batch size's run."""
     import numpy as np
 
-    per_batch = {b: compare(reference, logits, atol, rtol) for b, logits in sorted(runs.items())}
+    per_batch = {b: compare(reference, out, atol, rtol, task) for b, out in sorted(runs.items())}
     abs_diff = np.max([c["abs"] for c in per_batch.values()], axis=0)
     rel_diff = np.max([c["rel"] for c in per_batch.values()], axis=0)
     excess = np.max([c["excess"] for c in per_batch.values()], axis=0)
     agree = np.all([c["agree"] for c in per_batch.values()], axis=0)
     metrics = {"max_abs_diff": float(abs_diff.max()), "max_rel_diff": float(rel_diff.max()),
-               "top1_agreement": float(agree.mean()), "batch_sizes": sorted(runs),
+               task.agreement_name: float(agree.mean()), "batch_sizes": sorted(runs),
                "samples": len(reference)}
     failing = (excess > 0) | ~agree
     if not failing.any():
@@ -168,23 +177,16 @@ def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: st
     # The worst image: a top-1 disagreement beats any logit difference; then the largest excess.
     worst = int(np.lexsort((-excess, agree))[0])
     batch = max(per_batch, key=lambda b: per_batch[b]["excess"][worst])
-    top1 = (f"top-1 {int(reference[worst].argmax())} in PyTorch vs "
-            f"{int(runs[batch][worst].argmax())} in {what}")
+    decision = task.describe(reference[worst])
+    decisions = (f"; {decision} in PyTorch vs {task.describe(runs[batch][worst])} in {what}"
+                 if decision else "")
     return metrics, (
         f"export: {what} disagrees with PyTorch on {int(failing.sum())} of {len(failing)} test "
-        f"images. Worst image: {paths[worst]} (batch size {batch}: max |logit diff| "
+        f"images. Worst image: {paths[worst]} (batch size {batch}: max |output diff| "
         f"{abs_diff[worst]:.3g}, allowed {abs_diff[worst] - excess[worst]:.3g} = export.atol "
-        f"{atol:g} + export.rtol {rtol:g} * max|logit|; {top1}). "
+        f"{atol:g} + export.rtol {rtol:g} * max|output|{decisions}). "
         f"A preprocessing or normalisation mismatch between the exported graph and the model "
         f"is the usual cause.")
-
-
-def check_params(p) -> None:
-    for key in ("atol", "rtol", "parity_samples"):
-        if getattr(p, key) < 0:
-            raise StageError(f"export.{key} must be 0 or more, got {getattr(p, key)}.")
-    if p.parity_batch < 1:
-        raise StageError(f"export.parity_batch must be at least 1, got {p.parity_batch}.")
 
 
 @click.command()
@@ -192,18 +194,18 @@ def check_params(p) -> None:
 def main(params_path):
     """Write models/model.onnx and metrics/export.json; fail when ONNX disagrees with PyTorch.
 
-    Reads `export.{atol,rtol,parity_samples,parity_batch,torchscript}` from the params file.
-    With `export.torchscript: true` it also writes models/torchscript/model.pt behind the same
-    gate (the folder is always written, empty when disabled, so DVC's outs stay the same).
-
-    Test hook, never for real runs: PIPELINE_TEST_EXPORT_MEAN_SHIFT=<number> in the environment
-    exports graphs that add <number> to their input, so the parity gate must fail.
+    Reads `task` and `export.{atol,rtol,parity_samples,parity_batch,torchscript}` from the
+    params file. With `export.torchscript: true` it also writes models/torchscript/model.pt
+    behind the same gate (the folder is always written, empty when disabled, so DVC's outs stay
+    the same).
     """
     p = load("export", params_path)
-    check_params(p)
     from stages.lib.images import load_processed
     from stages.lib.models import load_model, predict_logits
     from stages.lib.provenance import run_record, write_run_record
+    from stages.tasks import current
+
+    task = current(params_path)
 
     model, meta = load_model(MODEL)
     x, _, _ = load_processed("test")
@@ -214,19 +216,19 @@ def main(params_path):
     if p.parity_samples:
         x, paths = x[:p.parity_samples], paths[:p.parity_samples]
     exported = with_test_hook(model)
-    origin = provenance(params_path)
-    blob = onnx_bytes(exported, meta, origin)
+    origin = provenance(params_path, task)
+    blob = onnx_bytes(exported, meta, task, origin)
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})
     metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b) for b in batches},
-                                 p.atol, p.rtol, paths, "ONNX (onnxruntime)")
+                                 p.atol, p.rtol, paths, "ONNX (onnxruntime)", task)
     metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
     ts_blob = b""
     if p.torchscript:
-        ts_blob = torchscript_bytes(exported, meta)
+        ts_blob = torchscript_bytes(exported, meta, task)
         ts_metrics, ts_error = parity_gate(
             reference, {b: torchscript_logits(ts_blob, x, b) for b in batches},
-            p.atol, p.rtol, paths, "TorchScript")
+            p.atol, p.rtol, paths, "TorchScript", task)
         metrics["torchscript"].update(ts_metrics)
         error = error or ts_error
     write_json(METRICS, metrics)
@@ -241,7 +243,8 @@ def main(params_path):
     else:
         TORCHSCRIPT.unlink(missing_ok=True)
     click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {batches}: max |diff| "
-               f"{metrics['max_abs_diff']:.2e}, top-1 agreement {metrics['top1_agreement']:.3f} "
+               f"{metrics['max_abs_diff']:.2e}, {task.agreement_name.replace('_', ' ')} "
+               f"{metrics[task.agreement_name]:.3f} "
                f"on {len(x)} images" + (f"; also {TORCHSCRIPT}" if ts_blob else ""))
 
 

@@ -1,16 +1,18 @@
-"""Inventory an image tree into data/manifest.csv: one row per file, never a silent skip.
+"""Inventory a dataset into data/manifest.csv: one row per file, never a silent skip.
 
 Every file under `data.source` (except hidden ones and DVC's machinery) gets a row with its path
-relative to the source, its label, size, sha256 and what a full decode found (format, size,
-mode, frames, bit depth, transparency, a perceptual hash). Labels come from the class folder
-(`<source>/<class>/<image>`) or, when `<source>/labels.csv` exists, from its `path,label`
-columns (plus optional `group` and `timestamp`). Files that cannot be used become rows with an
-`error`; empty class folders become a row too. validate decides what to do with them.
+relative to the source, the task's annotation columns (for classification: its label, from the
+class folder or labels.csv), its size, sha256 and what a full decode found (format, size, mode,
+frames, bit depth, transparency, a perceptual hash). Files that cannot be used get an `error` and
+a machine-readable `error_kind` (the validate check that blocks them); annotation problems (an
+unlabelled file, an empty class folder, a listed file that is missing) become rows too. Files
+the task reads as annotations (labels.csv) are not inventoried as images. validate decides what
+to do with every row.
 
 Re-ingesting an unchanged tree rehashes nothing: facts are cached per (path, size, mtime_ns) in
 .cache/ingest/ (gitignored, not a DVC out), with the last run's listing and rows, which are
-reused whole when the listing (every path, kind, size and mtime, labels.csv's included) is the
-same. The cache only saves work; the manifest's bytes are the same with or without it.
+reused whole when the listing (every path, kind, size and mtime, annotation files included) is
+the same. The cache only saves work; the manifest's bytes are the same with or without it.
 """
 import contextlib
 import gc
@@ -25,16 +27,19 @@ from pathlib import Path
 
 import click
 
-from stages.lib.io import StageError, read_csv, write_bytes, write_csv
+from stages.lib.io import StageError, write_bytes, write_csv
 from stages.lib.params import load, params_option
 
 MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
-LABELS = "labels.csv"
-FIELDS = ["path", "label", "bytes", "sha256", "format", "width", "height", "mode", "error",
-          "frames", "bits", "alpha", "phash", "group", "timestamp"]
-FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error", "frames", "bits",
-         "alpha", "phash"]
+FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error_kind", "error", "frames",
+         "bits", "alpha", "phash"]
+GENERIC_ERRORS = ("empty", "undecodable", "too_large", "symlink")  # the kinds ingest itself sets
+
+
+def manifest_fields(task) -> list[str]:
+    """The manifest's columns: path, the task's annotation columns, the facts, group, timestamp."""
+    return ["path", *task.annotation_fields, *FACTS, "group", "timestamp"]
 
 
 def list_files(root: Path) -> list[str]:
@@ -82,10 +87,11 @@ def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
         target = Path(path).resolve()
         if not target.is_relative_to(Path(root).resolve()):
             # No target in the message: outs never hold absolute paths.
-            row["error"] = "symlink escapes data.source: it points outside the source folder"
+            row.update(error_kind="symlink",
+                       error="symlink escapes data.source: it points outside the source folder")
             return row
         if not target.is_file():
-            row["error"] = "broken symlink: its target does not exist"
+            row.update(error_kind="symlink", error="broken symlink: its target does not exist")
             return row
         st = os.stat(path)
     row["bytes"] = st.st_size
@@ -98,7 +104,7 @@ def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
         row["sha256"] = sha256_file(path)
         source = Path(path)
     if row["bytes"] == 0:
-        row["error"] = "empty file: 0 bytes"
+        row.update(error_kind="empty", error="empty file: 0 bytes")
         return row
     row.update(inspect_image(source, max_pixels))
     return row
@@ -128,39 +134,25 @@ def batches(todo: list[str], workers: int) -> list[list[str]]:
     return [todo[i:i + size] for i in range(0, len(todo), size)]
 
 
-def read_labels(root: Path) -> dict[str, dict] | None:
-    """{path: {label, group, timestamp}} from <root>/labels.csv, or None when there is none."""
-    path = root / LABELS
-    if not path.is_file():
-        return None
-    rows = read_csv(path)
-    if not rows or not {"path", "label"} <= set(rows[0]):
-        raise StageError(f"{path}: needs a header with `path,label` (and optionally `group`, "
-                         f"`timestamp`) and one row per image.")
-    seen = {}
-    for r in rows:
-        if r["path"] in seen:
-            raise StageError(f"{path}: `{r['path']}` is listed twice; keep one row per file.")
-        seen[r["path"]] = {k: (r.get(k) or "").strip() for k in ("label", "group", "timestamp")}
-    return seen
+def cache_file(root: Path, max_pixels: int, task) -> Path:
+    """One cache per (source folder, max_pixels, task, inspection and task code, Python version:
+    the file is in marshal's format): any change starts afresh."""
+    from stages.tasks import code_files
 
-
-def cache_file(root: Path, max_pixels: int) -> Path:
-    """One cache per (source folder, max_pixels, inspection code, Python version: the file is
-    in marshal's format): any change starts afresh."""
     here = Path(__file__).parent
-    code = b"".join(m.read_bytes() for m in (here / "ingest.py", here / "lib/images.py"))
-    salt = f"{root.resolve()}\0{max_pixels}\0{sys.version}\0".encode()
+    code = b"".join(m.read_bytes() for m in (here / "ingest.py", here / "lib/images.py",
+                                             *code_files(task)))
+    salt = f"{root.resolve()}\0{max_pixels}\0{task.name}\0{sys.version}\0".encode()
     return CACHE_DIR / f"{hashlib.sha256(salt + code).hexdigest()[:24]}.marshal"
 
 
-def read_cache(path) -> dict:
+def read_cache(path, fields) -> dict:
     """The last run at this cache: {"listing": walk's output, "rows": the manifest rows,
     "facts": {path: FACTS values}}; {} when missing or unreadable. marshal, not JSON: it loads
     2x faster, and the file is only ever written by this stage, atomically."""
     try:
         data = marshal.loads(Path(path).read_bytes())
-        if (data["fields"] == FIELDS and data["facts_fields"] == FACTS
+        if (data["fields"] == fields and data["facts_fields"] == FACTS
                 and isinstance(data["listing"], list) and isinstance(data["rows"], list)
                 and isinstance(data["facts"], dict)):
             return data
@@ -203,16 +195,20 @@ def no_gc():
             gc.enable()
 
 
-def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | None = None):
-    """(manifest rows sorted by path, stats) for the tree at root.
+def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | None = None,
+              task=None):
+    """(manifest rows sorted by path, stats) for the tree at root (task: the default unless
+    given).
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused}.
     """
-    labels = read_labels(root)
+    task = task or default_task()
+    fields = manifest_fields(task)
     with no_gc():
-        listing = walk(root)  # labels.csv included: a change to it changes the rows
-        last = read_cache(cache) if cache else {}
-        entries = [e for e in listing if labels is None or e[0] != LABELS]
+        listing = walk(root)  # annotation files included: a change to one changes the rows
+        last = read_cache(cache, fields) if cache else {}
+        notes = task.read_annotations(root, listing)
+        entries = [e for e in listing if e[0] not in notes.skip]
         keys = {rel: key for rel, kind, key in entries if kind == "file"}
         if last and last["listing"] == listing:  # nothing changed: the same rows
             return last["rows"], {"files": len(keys), "inspected": 0, "cached": len(keys)}
@@ -233,46 +229,48 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
                 facts.update(zip(batch, rows, strict=True))
                 bar.update(len(batch))
     with no_gc():
-        rows = [make_row(rel, kind, facts.get(rel), labels) for rel, kind, _ in entries]
-        listed = {e[0] for e in entries}
-        for rel in sorted(set(labels or ()) - listed):
-            rows.append(make_row(rel, "missing", None, labels))
-        rows.sort(key=lambda r: r["path"])
+        rows = [make_row(rel, kind, facts.get(rel), notes, fields) for rel, kind, _ in entries]
+        rows += [make_row(rel, "extra", None, notes, fields) for rel in notes.extra]
+        rows = sorted((r for r in rows if r), key=lambda r: r["path"])
         if cache:
             write_bytes(cache, marshal.dumps({  # strings shared with the rows are stored once
-                "fields": FIELDS, "facts_fields": FACTS, "listing": listing, "rows": rows,
+                "fields": fields, "facts_fields": FACTS, "listing": listing, "rows": rows,
                 "facts": {rel: facts[rel] for rel in keys}}))
     return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo)}
 
 
-EMPTY = dict.fromkeys(FIELDS, "")
 BLANK = ("",) * len(FACTS)
+DIRLINK = "symlinked folder: not followed; replace it with a real folder"
 
 
-def make_row(rel: str, kind: str, facts, labels: dict | None) -> dict:
-    """The manifest row of one entry; facts: the FACTS values in order, or None."""
-    if labels is None:  # the class folder
-        top, sep, _ = rel.rstrip("/").partition("/")
-        label, group, timestamp = (top if sep or kind == "empty" else ""), "", ""
-    else:
-        given = labels.get(rel, EMPTY)
-        label, group, timestamp = given["label"], given["group"], given["timestamp"]
-    row = dict(zip(FIELDS, (rel, label, *(facts or BLANK), group, timestamp), strict=True))
-    if kind == "empty":
-        row["error"] = "empty class folder: it holds no files; remove it or add images"
-    elif kind == "dirlink":
-        row["error"] = "symlinked folder: not followed; replace it with a real folder"
-    elif kind == "missing":
-        row["error"] = f"missing: listed in {LABELS} but not found under data.source"
-    elif not row["label"] and not row["error"]:
-        row["error"] = ("unlabelled: not inside a class folder; move it to <source>/<class>/"
-                        if labels is None else f"unlabelled: no label in {LABELS}")
+def make_row(rel: str, kind: str, facts, notes, fields) -> dict | None:
+    """The manifest row of one entry (facts: the FACTS values in order, or None), or None for
+    an empty folder the task has nothing to say about. A decode problem comes first; an
+    annotation problem (notes.errors) shows when the file itself is fine."""
+    if kind == "empty" and rel not in notes.errors:
+        return None
+    values = notes.values.get(rel, {})
+    row = dict.fromkeys(fields, "")
+    row.update({k: values.get(k, "") for k in fields if k in values})
+    row.update(zip(FACTS, facts or BLANK, strict=True))
+    row["path"] = rel
+    if kind == "dirlink":
+        row["error_kind"], row["error"] = "symlink", DIRLINK
+    elif not row["error"] and rel in notes.errors:
+        row["error_kind"], row["error"] = notes.errors[rel]
     return row
 
 
-def build_manifest(root: Path, workers: int = 0, max_pixels: int = 0) -> list[dict]:
-    """Manifest rows for root, without the cache."""
-    return inventory(Path(root), workers, max_pixels)[0]
+def default_task():
+    from stages.lib.params import DEFAULT_TASK
+    from stages.tasks import get
+
+    return get(DEFAULT_TASK)
+
+
+def build_manifest(root: Path, workers: int = 0, max_pixels: int = 0, task=None) -> list[dict]:
+    """Manifest rows for root, without the cache (task: the default unless given)."""
+    return inventory(Path(root), workers, max_pixels, task=task)[0]
 
 
 @click.command()
@@ -283,21 +281,24 @@ def build_manifest(root: Path, workers: int = 0, max_pixels: int = 0) -> list[di
 def main(params_path, no_cache):
     """Hash and decode every file under `data.source` and write data/manifest.csv.
 
-    Reads `data.source`, `ingest.workers` (0 = all cores) and `validate.max_pixels` (larger
-    images are never decoded) from the params file.
+    Reads `task`, `data.source`, `ingest.workers` (0 = all cores) and `validate.max_pixels`
+    (larger images are never decoded) from the params file.
     """
+    from stages.tasks import current
+
     source = Path(load("data", params_path).source)
     if not source.is_dir():
         raise StageError(
-            f"data.source: {source} is not a folder. Point data.source in params.yaml at an "
-            f"ImageFolder tree (<source>/<class>/<image>)."
+            f"data.source: {source} is not a folder. Point data.source in params.yaml at your "
+            f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
+    task = current(params_path)
     max_pixels = load("validate", params_path).max_pixels
-    cache = None if no_cache else cache_file(source, max_pixels)
-    rows, stats = inventory(source, load("ingest", params_path).workers, max_pixels, cache)
+    cache = None if no_cache else cache_file(source, max_pixels, task)
+    rows, stats = inventory(source, load("ingest", params_path).workers, max_pixels, cache, task)
     if not rows:
-        raise StageError(f"data.source: {source} holds no files; add <class>/<image> files.")
-    write_csv(MANIFEST, rows, FIELDS)
+        raise StageError(f"data.source: {source} holds no files; add your images there.")
+    write_csv(MANIFEST, rows, manifest_fields(task))
     bad = sum(1 for r in rows if r["error"])
     click.echo(f"ingest: {len(rows)} files from {source}/ -> {MANIFEST} ({bad} with errors; "
                f"{stats['inspected']} hashed, {stats['cached']} unchanged from the cache)")

@@ -1,7 +1,8 @@
 """Decode and resize every split image once into data/processed/ so training never decodes files.
 
-Writes <split>_x.npy (uint8 NxHxWxC), <split>_y.npy (int64 class indices) and meta.json
-(class names, image size, channels and the normalisation that every consumer applies).
+Writes <split>_x.npy (uint8 NxHxWxC), <split>_y.npy (the task's targets; classification: int64
+class indices) and meta.json (the task's meta, e.g. class names, plus image size, channels and
+the normalisation that every consumer applies).
 """
 from pathlib import Path
 
@@ -25,18 +26,19 @@ def npy_bytes(array) -> bytes:
     return buf.getvalue()
 
 
-def prepare_split(rows, source: Path, classes, image_size, channels):
+def prepare_split(rows, source: Path, encode, dtype, image_size, channels):
+    """(uint8 NxHxWxC images, targets) of one split; encode(row, pixels) gives a target."""
     import numpy as np
     from tqdm import tqdm
 
     from stages.lib.images import load_image
 
-    index = {c: i for i, c in enumerate(classes)}
     x = np.zeros((len(rows), image_size, image_size, channels), dtype=np.uint8)
+    y = []
     for i, r in enumerate(tqdm(rows, desc="prepare", unit="img", disable=None)):
         x[i] = load_image(source / r["path"], image_size, channels)
-    y = np.array([index[r["label"]] for r in rows], dtype=np.int64)
-    return x, y
+        y.append(encode(r, x[i]))
+    return x, np.array(y, dtype=dtype)
 
 
 @click.command()
@@ -44,22 +46,23 @@ def prepare_split(rows, source: Path, classes, image_size, channels):
 def main(params_path):
     """Decode, convert and resize the split images into data/processed/.
 
-    Reads `data.source` and `prepare.{image_size,channels,mean,std}` from the params file.
+    Reads `task`, `data.source` and `prepare.{image_size,channels,mean,std}` from the params
+    file.
     """
-    from stages.lib.io import StageError
+    from stages.tasks import current
 
     source = Path(load("data", params_path).source)
     p = load("prepare", params_path)
-    if p.channels not in (1, 3) or len(p.mean) != p.channels or len(p.std) != p.channels:
-        raise StageError("prepare.channels must be 1 or 3, with one mean and one std per channel.")
+    task = current(params_path)
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
-    classes = sorted({r["label"] for rows in splits.values() for r in rows})
+    meta = task.prepare_meta(splits)
+    encode = task.encoder(meta)
     for name, rows in splits.items():
-        x, y = prepare_split(rows, source, classes, p.image_size, p.channels)
+        x, y = prepare_split(rows, source, encode, task.target_dtype, p.image_size, p.channels)
         write_bytes(OUT_DIR / f"{name}_x.npy", npy_bytes(x))
         write_bytes(OUT_DIR / f"{name}_y.npy", npy_bytes(y))
     write_json(OUT_DIR / "meta.json", {
-        "classes": classes, "image_size": p.image_size, "channels": p.channels,
+        **meta, "image_size": p.image_size, "channels": p.channels,
         "mean": p.mean, "std": p.std, "counts": {n: len(r) for n, r in splits.items()},
     })
     click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/")

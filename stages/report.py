@@ -39,10 +39,10 @@ SPLIT = Path("metrics/split.json")
 CURVES = Path("plots/train/plots/metrics")
 TRAIN = Path("metrics/train.json")
 EVAL = Path("metrics/eval.json")
-EVAL_PER_CLASS = Path("metrics/eval_per_class.json")
-CONFUSION = Path("plots/confusion.csv")
-BAD_CASES = Path("plots/bad_cases.csv")
-BAD_CASES_PNG = Path("plots/bad_cases.png")
+EVAL_PER_CLASS = Path("plots/eval/per_class.json")
+CONFUSION = Path("plots/eval/confusion.csv")
+BAD_CASES = Path("plots/eval/bad_cases.csv")
+BAD_CASES_PNG = Path("plots/eval/bad_cases.png")
 EXPORT = Path("metrics/export.json")
 ONNX = Path("models/model.onnx")
 LOCK = Path("requirements.lock")
@@ -389,7 +389,11 @@ requirements.lock pins)</span></h3>
 
 
 def data_section(out_path: Path) -> str:
-    from stages.validate import BLOCKING, DATASET, WARNINGS
+    from stages.lib import checks
+    from stages.tasks import current
+
+    task = current()
+    BLOCKING, WARNINGS, DATASET = checks.blocking(task), checks.warnings(task), checks.dataset(task)
 
     split = read_json(SPLIT)
     validation = read_json(VALIDATION)

@@ -26,7 +26,11 @@ OUT_DIR = Path("data/split")
 METRICS = Path("metrics/split.json")
 LAST_DIR = Path(".cache/split")  # previous assignment, only to log moves (not an out)
 SPLITS = ("train", "val", "test")
-FIELDS = ["path", "label", "sha256"]
+
+
+def split_fields(task) -> list[str]:
+    """The split lists' columns: path, the task's annotation columns, sha256."""
+    return ["path", *task.annotation_fields, "sha256"]
 
 
 def assign(sha256: str, seed: int, val: float, test: float) -> str:
@@ -66,8 +70,10 @@ def by_time(rows, keys, val, test) -> dict[str, str]:
     return out
 
 
-def split_rows(rows, seed, val, test, by="hash", distance=-1) -> dict[str, list[dict]]:
-    """{split: rows sorted by path}; groups (see stages.lib.groups) never straddle splits."""
+def split_rows(rows, seed, val, test, by="hash", distance=-1,
+               fields=("path", "label", "sha256")) -> dict[str, list[dict]]:
+    """{split: rows (only `fields`) sorted by path}; groups (see stages.lib.groups) never
+    straddle splits."""
     from stages.lib.groups import group_keys
 
     keys = group_keys(rows, distance)
@@ -77,7 +83,7 @@ def split_rows(rows, seed, val, test, by="hash", distance=-1) -> dict[str, list[
         where = {k: assign(k, seed, val, test) for k in set(keys.values())}
     out = {name: [] for name in SPLITS}
     for r in sorted(rows, key=lambda r: r["path"]):
-        out[where[keys[r["path"]]]].append({k: r[k] for k in FIELDS})
+        out[where[keys[r["path"]]]].append({k: r[k] for k in fields})
     return out
 
 
@@ -98,30 +104,30 @@ def moved(previous: dict, splits) -> list[str]:
 def main(params_path):
     """Write data/split/{train,val,test}.csv and metrics/split.json from the manifest.
 
-    Reads `split.by` (hash | time), `split.seed`, `split.val` and `split.test` (fractions), and
-    `validate.near_dup_distance` (near-duplicates share a split). Files listed in
-    data/quarantine.csv or with an error in the manifest are left out.
+    Reads `task`, `split.by` (hash | time), `split.seed`, `split.val` and `split.test`
+    (fractions), and `validate.near_dup_distance` (near-duplicates share a split). Files listed
+    in data/quarantine.csv or with an error in the manifest are left out.
     """
+    from stages.tasks import current
+
     p = load("split", params_path)
-    if not (0 < p.val and 0 < p.test and p.val + p.test < 1):
-        raise StageError("split.val and split.test must be > 0 with split.val + split.test < 1.")
-    if p.by not in ("hash", "time"):
-        raise StageError(f"split.by must be hash or time, got {p.by!r}.")
+    task = current(params_path)
     distance = load("validate", params_path).near_dup_distance
     quarantined = {r["path"] for r in read_csv(QUARANTINE)}
     rows = [r for r in read_csv(MANIFEST) if not r["error"] and r["path"] not in quarantined]
-    splits = split_rows(rows, p.seed, p.val, p.test, p.by, distance)
+    fields = split_fields(task)
+    splits = split_rows(rows, p.seed, p.val, p.test, p.by, distance, fields)
     for name, part in splits.items():
         if not part:
             raise StageError(f"split: the {name} split is empty; add data or raise split.{name}.")
-        write_csv(OUT_DIR / f"{name}.csv", part, FIELDS)
+        write_csv(OUT_DIR / f"{name}.csv", part, fields)
     last = LAST_DIR / f"{p.by}-{p.seed}-{p.val}-{p.test}-{distance}.json"
     previous = json.loads(last.read_text()) if last.exists() else {}
     for line in moved(previous, splits):
         click.echo(line)
     write_bytes(last, json.dumps({r["path"]: [r["sha256"], name] for name, part in splits.items()
                                   for r in part}).encode())
-    counts = {name: dict(sorted(Counter(r["label"] for r in part).items()))
+    counts = {name: dict(sorted(task.label_counts(part).items()))
               for name, part in splits.items()}
     write_json(METRICS, counts)
     click.echo("split: " + ", ".join(f"{n} {len(splits[n])}" for n in SPLITS)

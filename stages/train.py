@@ -1,4 +1,4 @@
-"""Train the image classifier on data/processed/ and write models/model.pt.
+"""Train the task's model on data/processed/ and write models/model.pt.
 
 Resumable: models/checkpoints/last.pt (every epoch, and every train.checkpoint_every_steps
 optimiser steps) holds the whole training state; a re-run resumes from it when its fingerprint
@@ -11,9 +11,10 @@ samples of the batch; last.pt keeps the last good state.
 
 Scales out: with train.nproc > 1 the stage re-runs itself under torchrun (DDP); rank 0 writes.
 
-Test hooks (environment variables; unset they cost nothing, never set them in production):
-  PIPELINE_TEST_KILL_AT_STEP=N   SIGKILL this process right after optimiser step N.
-  PIPELINE_TEST_POISON=<path>    set that train sample (its path in data/split/train.csv) to inf.
+The task (stages/tasks/) builds the model and gives the loss and the validation metric; the
+loop, checkpoints, resume, DDP and the loud failure are the same for every task.
+
+Test hooks (stages/lib/hooks.py): KILL_AT_STEP and POISON.
 """
 import math
 import os
@@ -31,39 +32,12 @@ LIVE_DIR = Path("plots/train")  # tracked: deterministic per-epoch history only
 PERF_LIVE_DIR = Path("logs/train_live")  # untracked: epoch seconds, samples/s, peak memory
 PROCESSED = Path("data/processed")
 TRAIN_SPLIT = Path("data/split/train.csv")
-KILL_AT_STEP = "PIPELINE_TEST_KILL_AT_STEP"
-POISON = "PIPELINE_TEST_POISON"
-# precision is never called "off": YAML 1.1 (PyYAML) reads a bare off as false, and
-# `dvc exp run -S` rewrites params.yaml without quotes
-CHOICES = {"optimizer": ("adamw", "sgd"), "precision": ("fp32", "bf16", "fp16"),
-           "best_metric": ("val_acc", "val_loss")}
 
 
 def epoch_order(n: int, seed: int, epoch: int):
     from stages.lib.augment import epoch_order as order
 
     return order(n, seed, epoch)
-
-
-def check_params(p) -> None:
-    for key, allowed in CHOICES.items():
-        if getattr(p, key) not in allowed:
-            raise StageError(f"train.{key}: {getattr(p, key)!r} is not one of "
-                             f"{', '.join(allowed)}; fix it in params.yaml.")
-    positive = ("epochs", "batch_size", "grad_accum_steps", "nproc")
-    for key in positive:
-        if getattr(p, key) < 1:
-            raise StageError(f"train.{key} must be at least 1, got {getattr(p, key)}.")
-    if p.batch_size < p.nproc:
-        raise StageError(f"train.batch_size ({p.batch_size}) is the global batch, split over "
-                         f"train.nproc ({p.nproc}) processes: make it at least train.nproc.")
-    if not 0 <= p.warmup_epochs < p.epochs:
-        raise StageError(f"train.warmup_epochs must be in [0, train.epochs), "
-                         f"got {p.warmup_epochs}.")
-    if not 0 < p.aug_crop_scale <= 1:
-        raise StageError("train.aug_crop_scale must be in (0, 1]; 1.0 turns the crop off.")
-    if p.freeze_backbone and not p.init_from:
-        raise StageError("train.freeze_backbone needs train.init_from (weights to keep).")
 
 
 def lr_factor(p, epoch: int) -> float:
@@ -86,20 +60,19 @@ def make_optimizer(p, model):
     raise StageError(f"train.optimizer: unknown {p.optimizer!r}; use adamw or sgd.")
 
 
-def evaluate_loss(model, x, y, batch_size=512, device="cpu"):
-    """(mean cross-entropy, accuracy) of model on tensors x, y."""
+def evaluate_loss(model, x, y, task, batch_size=512, device="cpu"):
+    """(mean loss, mean metric) of model on tensors x, y: the task's val_sums over n."""
     import torch
-    import torch.nn.functional as F
 
     model.eval()
-    loss, correct = 0.0, 0
+    loss, metric = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(x), batch_size):
-            logits = model(x[i:i + batch_size].to(device)).float()
-            yb = y[i:i + batch_size].to(device)
-            loss += F.cross_entropy(logits, yb, reduction="sum").item()
-            correct += (logits.argmax(1) == yb).sum().item()
-    return loss / len(x), correct / len(x)
+            batch_loss, batch_metric = task.val_sums(model(x[i:i + batch_size].to(device)),
+                                                     y[i:i + batch_size].to(device))
+            loss += batch_loss
+            metric += batch_metric
+    return loss / len(x), metric / len(x)
 
 
 def set_deterministic(on: bool) -> None:
@@ -112,15 +85,15 @@ def set_deterministic(on: bool) -> None:
     torch.backends.cudnn.benchmark = not on
 
 
-def setup(p, meta, device="cpu"):
+def setup(p, meta, task, device="cpu"):
     """Fresh training state: seeded model (optionally from train.init_from), optimizer,
     per-epoch LR schedule, GradScaler and the position {epoch, batch, step, ...}."""
     import torch
 
-    from stages.lib.models import build_model, init_from
+    from stages.lib.models import init_from
 
     torch.manual_seed(p.seed)
-    model = build_model(p.model, len(meta["classes"]), meta["channels"])
+    model = task.build_model(p.model, meta)
     if p.init_from:
         skipped = init_from(model, p.init_from, p.freeze_backbone)
         if skipped:
@@ -131,7 +104,8 @@ def setup(p, meta, device="cpu"):
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=p.precision == "fp16")
     state = {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "seen": 0, "history": [],
              "best": None}
-    return {"model": model, "opt": opt, "sched": sched, "scaler": scaler, "state": state}
+    return {"model": model, "opt": opt, "sched": sched, "scaler": scaler, "state": state,
+            "task": task}
 
 
 def checkpoint(run, p, fingerprint) -> dict:
@@ -190,17 +164,18 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     import contextlib
 
     import torch
-    import torch.nn.functional as F
     from tqdm import tqdm
 
+    from stages.lib import hooks
     from stages.lib.augment import EpochBatches, batches
 
     x_train, y_train, x_val, y_val = data
-    model, opt, sched, scaler, st = (run[k] for k in ("model", "opt", "sched", "scaler", "state"))
+    model, opt, sched, scaler, st, task = (run[k] for k in ("model", "opt", "sched", "scaler",
+                                                             "state", "task"))
     trainable = [q for q in model.parameters() if q.requires_grad]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
     dev_type = torch.device(device).type
-    kill_at = int(os.environ.get(KILL_AT_STEP, "0") or 0)
+    kill_at = int(hooks.value("KILL_AT_STEP") or 0)
     per_rank = p.batch_size // world
     fp16 = p.precision == "fp16"
     check_grads = not fp16  # fp16: the GradScaler skips overflowing steps itself
@@ -210,7 +185,7 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
         order = epoch_order(len(x_train), p.seed, epoch)
         if world > 1:  # pad like DistributedSampler so every rank runs the same number of steps
             order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
-        ds = EpochBatches(x_train, y_train, order, per_rank, p, epoch)
+        ds = EpochBatches(x_train, y_train, order, per_rank, p, epoch, task)
         start, window, seconds, seen = st["batch"], [], 0.0, 0
         tic = time.perf_counter()
         bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
@@ -219,7 +194,7 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             window.append(idx)
             with (torch.autocast(dev_type, dtype=dtype) if dtype else contextlib.nullcontext()):
-                loss = F.cross_entropy(model(xb), yb, label_smoothing=p.label_smoothing)
+                loss = task.loss(model(xb), yb, p)
             scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
             (scaler.scale(scaled) if fp16 else scaled).backward()
             value = loss.item()
@@ -281,11 +256,14 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
             dist.all_reduce(totals)
             loss_sum, count = totals.tolist()
-        val_loss, val_acc = evaluate_loss(model, x_val, y_val, device=device)
+        val_loss, val_metric = evaluate_loss(model, x_val, y_val, task, device=device)
         record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
-                  "val_acc": val_acc, "lr": lr}
+                  f"val_{task.val_metric}": val_metric, "lr": lr}
         st["history"].append(record)
-        score = val_acc if p.best_metric == "val_acc" else -val_loss
+        if p.best_metric == "val_loss":
+            score = -val_loss
+        else:
+            score = val_metric if task.val_higher_is_better else -val_metric
         improved = st["best"] is None or score > st["best"]["score"]
         if improved:
             st["best"] = {"score": score, "epoch": epoch + 1}
@@ -300,10 +278,14 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     return run
 
 
-def train(p, x_train, y_train, x_val, y_val, meta, log=None):
-    """Train in memory from scratch; return (model, history). `log(epoch, record)` per epoch."""
+def train(p, x_train, y_train, x_val, y_val, meta, log=None, task=None):
+    """Train in memory from scratch; return (model, history). `log(epoch, record)` per epoch.
+    task: classification unless given."""
+    from stages.lib.params import DEFAULT_TASK
+    from stages.tasks import get
+
     set_deterministic(p.deterministic)
-    run = setup(p, meta)
+    run = setup(p, meta, task or get(DEFAULT_TASK))
     on_epoch = (lambda rec, perf: log(rec["epoch"] - 1, rec)) if log else None
     fit(p, run, (x_train, y_train, x_val, y_val), on_epoch=on_epoch)
     return run["model"], run["state"]["history"]
@@ -367,7 +349,6 @@ def main(params_path):
     logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
     """
     p = load("train", params_path)
-    check_params(p)
     if p.nproc > 1 and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(p, params_path)
         return
@@ -377,10 +358,14 @@ def main(params_path):
     import torch
 
     from stages.lib import checkpoint as ck
+    from stages.lib import hooks
     from stages.lib.images import load_processed
     from stages.lib.models import save_model
+    from stages.lib.params import DEFAULT_TASK
     from stages.lib.provenance import run_record, write_run_record
+    from stages.tasks import code_files, current
 
+    task = current(params_path)
     set_deterministic(p.deterministic)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -398,17 +383,17 @@ def main(params_path):
     x_train, y_train, meta = load_processed("train")
     x_val, y_val, _ = load_processed("val")
     data = [torch.from_numpy(a) for a in (x_train, y_train, x_val, y_val)]
-    if os.environ.get(POISON):  # test hook: see the module docstring
-        data[0][sample_paths().index(os.environ[POISON])] = float("inf")
-    params = dataclasses.asdict(p)
+    if hooks.value("POISON"):
+        data[0][sample_paths().index(hooks.value("POISON"))] = float("inf")
+    params = {**dataclasses.asdict(p), "task": task.name}
     # hidden files are other writers' temp files, not data
     data_files = sorted(f for f in PROCESSED.iterdir() if not f.name.startswith("."))
     data_files.append(TRAIN_SPLIT)
     if p.init_from:
         data_files.append(Path(p.init_from))
-    fingerprint = ck.fingerprint(params, data_files)
+    fingerprint = ck.fingerprint(params, data_files, ck.code_files() + code_files(task))
 
-    run = setup(p, meta, device)
+    run = setup(p, meta, task, device)
     ckpt, message = ck.resumable(ck.LAST, fingerprint)
     if ckpt is not None:
         restore(run, ckpt)
@@ -446,9 +431,11 @@ def main(params_path):
         if writer and run["state"]["epoch"] < p.epochs:  # keep the timings of the last run
             perf_live = stack.enter_context(Live(dir=str(PERF_LIVE_DIR), dvcyaml=None,
                                                  save_dvc_exp=False))
+        metric = task.val_metric
+
         def log_history(rec):
             for key, name in (("train_loss", "train/loss"), ("val_loss", "val/loss"),
-                              ("val_acc", "val/acc"), ("lr", "lr")):
+                              (f"val_{metric}", f"val/{metric}"), ("lr", "lr")):
                 live.log_metric(name, rec[key])
             live.next_step()
 
@@ -462,7 +449,7 @@ def main(params_path):
             perf_live.next_step()
             record["epochs"].append(perf)
             click.echo(f"epoch {rec['epoch']}/{p.epochs}: train loss {rec['train_loss']:.4f} "
-                       f"val loss {rec['val_loss']:.4f} val acc {rec['val_acc']:.4f} "
+                       f"val loss {rec['val_loss']:.4f} val {metric} {rec[f'val_{metric}']:.4f} "
                        f"lr {rec['lr']:.2e} ({perf['samples_per_s']:.0f} samples/s)")
 
         if writer:
@@ -488,16 +475,20 @@ def main(params_path):
 
     if writer:
         model = getattr(run["model"], "module", run["model"])
-        model_meta = {k: meta[k] for k in ("classes", "image_size", "channels", "mean", "std")}
-        save_model(MODEL, model, {**model_meta, "model": p.model})
+        keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
+        model_meta = {**{k: meta[k] for k in keys}, "model": p.model}
+        if task.name != DEFAULT_TASK:  # see save_model
+            model_meta["task"] = task.name
+        save_model(MODEL, model, model_meta)
         history, best = run["state"]["history"], run["state"]["best"]
         last = history[-1]
+        metric = f"val_{task.val_metric}"
         write_json(METRICS, {"epochs": len(history), "train_loss": last["train_loss"],
-                             "val_loss": last["val_loss"], "val_acc": last["val_acc"],
+                             "val_loss": last["val_loss"], metric: last[metric],
                              "best_epoch": best["epoch"]})
         write_run_record("train", {**record, "status": "ok", "metrics": last,
                                    "peak_memory_bytes": peak_memory_bytes(device)})
-        click.echo(f"train: val acc {last['val_acc']:.4f} -> {MODEL}")
+        click.echo(f"train: val {task.val_metric} {last[metric]:.4f} -> {MODEL}")
     if world > 1:
         import torch.distributed as dist
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from stages.lib import checks
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
 from stages.lib.params import load, params_option
 
@@ -22,28 +23,24 @@ METRICS = Path("metrics/validation.json")
 QUARANTINE = Path("data/quarantine.csv")
 REPORT = Path("reports/validation.html")
 
-# The first words of ingest's `error` column name the check that blocks the file.
-INGEST_ERRORS = {"empty file": "empty", "cannot decode": "undecodable", "too large": "too_large",
-                 "symlink escapes data.source": "symlink", "broken symlink": "symlink",
-                 "symlinked folder": "symlink", "empty class folder": "empty_folder",
-                 "unlabelled": "unlabelled", "missing": "missing"}
-BLOCKING = ["empty", "undecodable", "format", "too_small", "too_large", "symlink", "unlabelled",
-            "missing", "empty_folder", "label_conflict", "unexpected_class", "error"]
-WARNINGS = ["duplicate", "near_duplicate", "mode", "bit_depth", "transparency", "animated",
-            "extension"]
-DATASET = ["missing_class", "min_per_class", "imbalance"]
 EXTENSIONS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".gif": "GIF", ".bmp": "BMP",
               ".tif": "TIFF", ".tiff": "TIFF", ".webp": "WEBP", ".pgm": "PPM", ".ppm": "PPM",
               ".pbm": "PPM"}
 
 
-def error_check(error: str) -> str | None:
-    if not error:
+def error_kinds(task) -> list[str]:
+    """The manifest's error kinds that validate checks by name, sorted."""
+    return sorted(set(checks.INGEST_ERRORS) | set(task.annotation_errors))
+
+
+def error_check(row: dict, task) -> str | None:
+    """The check that blocks a row with an ingest error: its error_kind, or the catch-all."""
+    if not row["error"]:
         return None
-    return next((c for prefix, c in INGEST_ERRORS.items() if error.startswith(prefix)), "error")
+    return row["error_kind"] if row["error_kind"] in error_kinds(task) else checks.OTHER
 
 
-def file_frame(rows, p):
+def file_frame(rows, p, task):
     """One row per manifest row; a column is None where its check does not apply."""
     import pandas as pd
 
@@ -51,15 +48,16 @@ def file_frame(rows, p):
         return int(v) if str(v).strip() else 0
 
     ok = [not r["error"] for r in rows]
+    keys = [task.annotation_key(r) for r in rows]
     labels_of = defaultdict(set)
-    for r, good in zip(rows, ok, strict=True):
+    for r, key, good in zip(rows, keys, ok, strict=True):
         if good:
-            labels_of[r["sha256"]].add(r["label"])
+            labels_of[r["sha256"]].add(key)
     copies = Counter(r["sha256"] for r, good in zip(rows, ok, strict=True) if good)
     conflict = [good and len(labels_of[r["sha256"]]) > 1 for r, good in zip(rows, ok, strict=True)]
     return pd.DataFrame({
         "path": [r["path"] for r in rows],
-        "ingest_error": [error_check(r["error"]) for r in rows],
+        "ingest_error": [error_check(r, task) for r in rows],
         "format": [r["format"] if g else None for r, g in zip(rows, ok, strict=True)],
         "min_side": [min(num(r["width"]), num(r["height"])) if g else None
                      for r, g in zip(rows, ok, strict=True)],
@@ -74,17 +72,17 @@ def file_frame(rows, p):
         "frames": [num(r["frames"]) if g else None for r, g in zip(rows, ok, strict=True)],
         "ext_format": [EXTENSIONS.get(Path(r["path"]).suffix.lower()) if g else None
                        for r, g in zip(rows, ok, strict=True)],
-        "label": [r["label"] if g and r["label"] else None for r, g in zip(rows, ok, strict=True)],
-    })
+        **task.check_columns(rows, ok, p),
+    }), labels_of
 
 
-def file_suite(p):
+def file_suite(p, task):
     """(check, expectation) pairs over file_frame's columns."""
     import great_expectations as gx
 
     e = gx.expectations
     suite = [(kind, e.ExpectColumnValuesToNotBeInSet(column="ingest_error", value_set=[kind]))
-             for kind in sorted(set(INGEST_ERRORS.values()) - {"too_large"}) + ["error"]]
+             for kind in [k for k in error_kinds(task) if k != "too_large"] + [checks.OTHER]]
     suite += [
         ("format", e.ExpectColumnValuesToBeInSet(column="format", value_set=p.formats)),
         ("too_small", e.ExpectColumnValuesToBeBetween(column="min_side", min_value=p.min_side)),
@@ -99,20 +97,7 @@ def file_suite(p):
         ("extension", e.ExpectColumnPairValuesToBeEqual(
             column_A="ext_format", column_B="format", ignore_row_if="either_value_is_missing")),
     ]
-    if p.classes:
-        suite.append(("unexpected_class", e.ExpectColumnValuesToBeInSet(
-            column="label", value_set=p.classes)))
-    return suite
-
-
-def class_suite(p):
-    import great_expectations as gx
-
-    e = gx.expectations
-    return [("min_per_class", e.ExpectColumnValuesToBeBetween(column="count",
-                                                              min_value=p.min_per_class)),
-            ("imbalance", e.ExpectColumnValuesToBeBetween(column="imbalance",
-                                                          max_value=p.max_imbalance))]
+    return suite + task.file_expectations(p)
 
 
 def offenders(df, suite, key: str) -> dict[str, list]:
@@ -138,7 +123,9 @@ def offenders(df, suite, key: str) -> dict[str, list]:
     return found
 
 
-def reason(check: str, row: dict, p, extra: dict) -> str:
+def reason(check: str, row: dict, p, extra: dict, task) -> str:
+    if check in task.checks:
+        return task.reason(check, row, p)
     w, h = row["width"], row["height"]
     return {
         "format": f"unsupported format {row['format']} (validate.formats: {', '.join(p.formats)})",
@@ -147,7 +134,6 @@ def reason(check: str, row: dict, p, extra: dict) -> str:
         "label_conflict": "label conflict: the same content is labelled "
                           + " and ".join(sorted(extra["labels_of"][row["sha256"]]))
                           + " (" + ", ".join(extra["paths_of"][row["sha256"]]) + ")",
-        "unexpected_class": f"unexpected class {row['label']} (validate.classes)",
         "duplicate": "exact duplicate of " + ", ".join(
             q for q in extra["paths_of"][row["sha256"]] if q != row["path"])
             + " (kept in one split)",
@@ -162,55 +148,39 @@ def reason(check: str, row: dict, p, extra: dict) -> str:
     }.get(check, row["error"])
 
 
-def check_all(rows, p) -> dict:
-    """Every problem, warning and class-level failure; nothing raises here."""
-    import pandas as pd
-
+def check_all(rows, p, task) -> dict:
+    """Every problem, warning and dataset-level failure; nothing raises here."""
     from stages.lib.groups import near_duplicate_pairs
 
     by_path = {r["path"]: r for r in rows}
-    found = offenders(file_frame(rows, p), file_suite(p), "path")
+    frame, labels_of = file_frame(rows, p, task)
+    found = offenders(frame, file_suite(p, task), "path")
     pairs = near_duplicate_pairs(rows, p.near_dup_distance)
     near = defaultdict(list)
     for a, b, d in pairs:
         near[a].append(f"{b} (distance {d})")
         near[b].append(f"{a} (distance {d})")
     found["near_duplicate"] = sorted(near)
-    extra = {"near": near, "labels_of": defaultdict(set), "paths_of": defaultdict(list)}
+    extra = {"near": near, "labels_of": labels_of, "paths_of": defaultdict(list)}
     for r in rows:
         if not r["error"]:
-            extra["labels_of"][r["sha256"]].add(r["label"])
             extra["paths_of"][r["sha256"]].append(r["path"])
-    issues = {check: {path: reason(check, by_path[path], p, extra) for path in found[check]}
-              for check in BLOCKING + WARNINGS if found.get(check)}
-    bad = {path for c in BLOCKING for path in issues.get(c, {})}
-    per_class = Counter(r["label"] for r in rows if r["path"] not in bad)
-    dataset = {}
-    if per_class:
-        largest = max(per_class.values())
-        classes = pd.DataFrame({"label": sorted(per_class),
-                                "count": [per_class[c] for c in sorted(per_class)],
-                                "imbalance": [largest / per_class[c] for c in sorted(per_class)]})
-        for check, names in offenders(classes, class_suite(p), "label").items():
-            if names:
-                dataset[check] = {c: (f"class {c} has {per_class[c]} usable images "
-                                      f"(validate.min_per_class is {p.min_per_class})"
-                                      if check == "min_per_class" else
-                                      f"class {c} has {per_class[c]} images, {largest} in the "
-                                      f"largest: ratio {largest / per_class[c]:.1f} > "
-                                      f"validate.max_imbalance ({p.max_imbalance})")
-                                  for c in names}
-    missing = sorted(set(p.classes) - set(per_class))
-    if missing:
-        dataset["missing_class"] = {c: f"expected class {c} has no usable images" for c in missing}
-    return {"issues": issues, "bad": bad, "dataset": dataset, "per_class": per_class,
-            "pairs": pairs}
+    per_file = checks.blocking(task) + checks.warnings(task)
+    issues = {check: {path: reason(check, by_path[path], p, extra, task)
+                      for path in found[check]}
+              for check in per_file if found.get(check)}
+    bad = {path for c in checks.blocking(task) for path in issues.get(c, {})}
+    usable = [r for r in rows if r["path"] not in bad]
+    dataset = task.dataset_findings(usable, p, offenders)
+    return {"issues": issues, "bad": bad, "dataset": dataset,
+            "per_class": task.label_counts(usable), "pairs": pairs}
 
 
-def summarize(rows, result) -> dict:
-    counts = {c: len(result["issues"].get(c, {})) for c in BLOCKING + WARNINGS}
-    counts.update({c: len(result["dataset"].get(c, {})) for c in DATASET})
-    warned = {path for c in WARNINGS for path in result["issues"].get(c, {})}
+def summarize(rows, result, task) -> dict:
+    counts = {c: len(result["issues"].get(c, {}))
+              for c in checks.blocking(task) + checks.warnings(task)}
+    counts.update({c: len(result["dataset"].get(c, {})) for c in checks.dataset(task)})
+    warned = {path for c in checks.warnings(task) for path in result["issues"].get(c, {})}
     return {
         "files": len(rows),
         "valid": len(rows) - len(result["bad"]),
@@ -223,15 +193,15 @@ def summarize(rows, result) -> dict:
     }
 
 
-def quarantine_rows(result) -> list[dict]:
+def quarantine_rows(result, task) -> list[dict]:
     reasons = defaultdict(list)
-    for check in BLOCKING:
+    for check in checks.blocking(task):
         for path, why in result["issues"].get(check, {}).items():
             reasons[path].append(why)
     return [{"path": path, "reason": "; ".join(reasons[path])} for path in sorted(reasons)]
 
 
-def report_html(summary, result, policy) -> str:
+def report_html(summary, result, policy, task) -> str:
     """A self-contained page: no scripts, no external links, only inline CSS."""
     e = html.escape
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Data validation</title>",
@@ -244,12 +214,13 @@ def report_html(summary, result, policy) -> str:
              "<h2>Classes</h2><table><tr><th>class</th><th>usable images</th></tr>"]
     parts += [f"<tr><td>{e(c)}</td><td>{n}</td></tr>" for c, n in summary["per_class"].items()]
     parts.append("</table>")
-    sections = [("bad", "Blocking: dataset", result["dataset"], DATASET),
-                ("bad", "Blocking: files", result["issues"], BLOCKING),
-                ("warn", "Warnings (the files are used)", result["issues"], WARNINGS)]
-    for css, title, issues, checks in sections:
+    sections = [("bad", "Blocking: dataset", result["dataset"], checks.dataset(task)),
+                ("bad", "Blocking: files", result["issues"], checks.blocking(task)),
+                ("warn", "Warnings (the files are used)", result["issues"],
+                 checks.warnings(task))]
+    for css, title, issues, names in sections:
         parts.append(f"<h2 class='{css}'>{title}</h2>")
-        shown = [c for c in checks if issues.get(c)]
+        shown = [c for c in names if issues.get(c)]
         if not shown:
             parts.append("<p>none</p>")
         for check in shown:
@@ -262,10 +233,11 @@ def report_html(summary, result, policy) -> str:
     return "\n".join(parts)
 
 
-def failure_message(result, total: int, policy: str) -> str:
+def failure_message(result, total: int, policy: str, task) -> str:
     lines = []
-    for issues, checks in ((result["dataset"], DATASET), (result["issues"], BLOCKING)):
-        for check in checks:
+    for issues, names in ((result["dataset"], checks.dataset(task)),
+                          (result["issues"], checks.blocking(task))):
+        for check in names:
             for key, why in sorted(issues.get(check, {}).items()):
                 lines.append(f"  [{check}] {key}: {why}")
     how = ("Quarantine cannot fix class-level problems: add images or change the validate "
@@ -282,25 +254,26 @@ def failure_message(result, total: int, policy: str) -> str:
 def main(params_path):
     """Check data/manifest.csv and stop, naming every bad file, before any training.
 
-    Reads the `validate` section (min_side, max_pixels, formats, classes, min_per_class,
-    max_imbalance, near_dup_distance, on_error) from the params file. Writes
+    Reads `task` and the `validate` section (min_side, max_pixels, formats, classes,
+    min_per_class, max_imbalance, near_dup_distance, on_error) from the params file. Writes
     metrics/validation.json, data/quarantine.csv and reports/validation.html.
     """
+    from stages.tasks import current
+
     p = load("validate", params_path)
-    if p.on_error not in ("fail", "quarantine"):
-        raise StageError(f"validate.on_error must be fail or quarantine, got {p.on_error!r}.")
+    task = current(params_path)
     rows = read_csv(MANIFEST)
-    result = check_all(rows, p)
-    summary = summarize(rows, result)
+    result = check_all(rows, p, task)
+    summary = summarize(rows, result, task)
     write_json(METRICS, summary)
-    write_bytes(REPORT, report_html(summary, result, p.on_error).encode())
-    quarantined = quarantine_rows(result) if p.on_error == "quarantine" else []
+    write_bytes(REPORT, report_html(summary, result, p.on_error, task).encode())
+    quarantined = quarantine_rows(result, task) if p.on_error == "quarantine" else []
     write_csv(QUARANTINE, quarantined, ["path", "reason"])
-    for check in WARNINGS:
+    for check in checks.warnings(task):
         if result["issues"].get(check):
             click.echo(f"validate: warning: {len(result['issues'][check])} files: {check}")
     if result["dataset"] or (result["bad"] and p.on_error == "fail"):
-        raise StageError(failure_message(result, len(rows), p.on_error))
+        raise StageError(failure_message(result, len(rows), p.on_error, task))
     click.echo(f"validate: {summary['valid']} of {len(rows)} files usable"
                + (f", {len(quarantined)} quarantined -> {QUARANTINE}" if quarantined else ""))
 

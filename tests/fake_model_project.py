@@ -19,7 +19,8 @@ def make_fake_project(root) -> Path:
     import torch
 
     from stages.lib.images import load_image
-    from stages.lib.models import build_model, save_model
+    from stages.lib.models import save_model
+    from stages.tasks.classification.model import build_model
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

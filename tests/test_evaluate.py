@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from stages.evaluate import (bad_case_rows, confusion_png, contact_sheet_png,
+from stages.tasks.classification.metrics import (bad_case_rows, confusion_png, contact_sheet_png,
                              expected_calibration_error, headline_metrics, per_class_metrics,
                              probability_metrics)
 from tests.conftest import run_stage
@@ -104,27 +104,30 @@ def test_stage_writes_every_output_consistently(evaluated):
     assert m["samples"] == 12 and set(m) >= {"accuracy", "balanced_accuracy", "ece", "f1_macro",
                                               "f1_weighted", "precision_macro", "recall_macro"}
     assert "top5_accuracy" not in m  # 3 classes
-    per = json.loads((root / "metrics/eval_per_class.json").read_text())
+    per = json.loads((root / "plots/eval/per_class.json").read_text())
     assert list(per) == CLASSES and sum(v["support"] for v in per.values()) == 12
-    confusion = read_rows(root / "plots/confusion.csv")
+    confusion = read_rows(root / "plots/eval/confusion.csv")
     assert list(confusion[0]) == ["path", "actual", "predicted"] and len(confusion) == 12
     wrong = [r for r in confusion if r["actual"] != r["predicted"]]
     assert m["accuracy"] == pytest.approx(1 - len(wrong) / 12)
-    bad = read_rows(root / "plots/bad_cases.csv")
+    bad = read_rows(root / "plots/eval/bad_cases.csv")
     assert sorted(r["path"] for r in bad) == sorted(r["path"] for r in wrong)
     assert [(-float(r["confidence"]), r["path"]) for r in bad] == sorted(
         (-float(r["confidence"]), r["path"]) for r in bad)
-    f1 = read_rows(root / "plots/per_class_f1.csv")
+    f1 = read_rows(root / "plots/eval/per_class_f1.csv")
     assert [r["class"] for r in f1] == CLASSES
     for name in ("confusion.png", "bad_cases.png"):
-        assert (root / "plots" / name).read_bytes().startswith(b"\x89PNG")
+        assert (root / "plots/eval" / name).read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in (root / "plots/eval").iterdir()) == sorted(
+        ["per_class.json", "confusion.csv", "per_class_f1.csv", "confusion.png", "bad_cases.csv",
+         "bad_cases.png"])  # exactly the task's files: nothing stale, no temp file
     assert "git_commit" in json.loads((root / "logs/evaluate.json").read_text())
 
 
 def test_stage_rerun_gives_identical_bytes(evaluated):
-    outs = ["metrics/eval.json", "metrics/eval_per_class.json", "plots/confusion.csv",
-            "plots/confusion.png", "plots/per_class_f1.csv", "plots/bad_cases.csv",
-            "plots/bad_cases.png"]
+    outs = ["metrics/eval.json", "plots/eval/per_class.json", "plots/eval/confusion.csv",
+            "plots/eval/confusion.png", "plots/eval/per_class_f1.csv", "plots/eval/bad_cases.csv",
+            "plots/eval/bad_cases.png"]
     before = {o: (evaluated / o).read_bytes() for o in outs}
     proc = run_stage("evaluate", cwd=evaluated)
     assert proc.returncode == 0, proc.stderr

@@ -35,13 +35,15 @@ def test_exp_show_lists_eval_headline_and_export_parity(repo):
 
 
 def test_outputs_declared_in_dvc_are_written_and_plots_resolve(repo, tmp_path):
-    for out in ("metrics/eval_per_class.json", "plots/bad_cases.csv", "plots/bad_cases.png",
-                "plots/confusion.png", "plots/per_class_f1.csv", "models/model.onnx"):
+    for out in ("plots/eval/per_class.json", "plots/eval/bad_cases.csv", "plots/eval/bad_cases.png",
+                "plots/eval/confusion.png", "plots/eval/per_class_f1.csv", "models/model.onnx"):
         assert (repo / out).is_file(), out
     assert (repo / "models/torchscript").is_dir()
     shown = json.loads(dvc(repo, "plots", "show", "--json", "-o", str(tmp_path)).stdout)["data"]
-    for plot, kind in (("plots/confusion.csv", "vega"), ("plots/per_class_f1.csv", "vega"),
-                       ("plots/confusion.png", "image"), ("plots/bad_cases.png", "image")):
+    for plot, kind in (("plots/eval/confusion.csv", "vega"),
+                       ("plots/eval/per_class_f1.csv", "vega"),
+                       ("plots/eval/confusion.png", "image"),
+                       ("plots/eval/bad_cases.png", "image")):
         assert shown[plot][0]["type"] == kind, plot
     assert "up to date" in dvc(repo, "status").stdout
 

@@ -9,9 +9,15 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.export import MEAN_SHIFT_ENV, parity_gate
+from stages.export import parity_gate
+from stages.ingest import default_task
+from stages.lib.hooks import env_name
 from tests.conftest import ROOT, run_stage
 from tests.fake_model_project import CLASSES, make_fake_project, read_rows
+
+MEAN_SHIFT_ENV = env_name("EXPORT_MEAN_SHIFT")
+TASK = default_task()
+ABC = ["a", "b", "c"]
 
 # A consumer that has only the .onnx file: onnxruntime, numpy and Pillow, never torch and
 # nothing from this project. Preprocessing comes from the file's metadata alone.
@@ -61,22 +67,22 @@ def torch_top1(model_path, images) -> list[str]:
 
 def test_parity_gate_by_hand():
     ref = np.array([[1.0, -2.0], [4.0, 0.0], [0.5, 0.4]])
-    same = parity_gate(ref, {1: ref.copy(), 8: ref.copy()}, 1e-4, 1e-4, ["a", "b", "c"], "X")
+    same = parity_gate(ref, {1: ref.copy(), 8: ref.copy()}, 1e-4, 1e-4, ABC, "X", TASK)
     assert same == ({"max_abs_diff": 0.0, "max_rel_diff": 0.0, "top1_agreement": 1.0,
                      "batch_sizes": [1, 8], "samples": 3}, "")
     off = ref + np.array([[0.0, 0.0], [0.02, 0.0], [0.0, 0.0]])  # image b: 0.02 = 0.5% of 4
-    metrics, error = parity_gate(ref, {1: ref, 8: off}, 0.01, 0.0, ["a", "b", "c"], "X")
+    metrics, error = parity_gate(ref, {1: ref, 8: off}, 0.01, 0.0, ABC, "X", TASK)
     assert metrics["max_abs_diff"] == pytest.approx(0.02)
     assert metrics["max_rel_diff"] == pytest.approx(0.005)
     assert metrics["top1_agreement"] == 1.0
     assert "Worst image: b (batch size 8" in error and "1 of 3" in error
     # within atol + rtol * max|logit| = 0.01 + 0.01 * 4: passes
-    assert parity_gate(ref, {8: off}, 0.01, 0.01, ["a", "b", "c"], "X")[1] == ""
+    assert parity_gate(ref, {8: off}, 0.01, 0.01, ABC, "X", TASK)[1] == ""
     # a top-1 flip is worse than any bigger difference elsewhere, even within tolerance
     flip = ref + np.array([[0.0, 0.0], [0.5, 0.0], [0.0, 0.11]])
-    metrics, error = parity_gate(ref, {8: flip}, 1.0, 0.0, ["a", "b", "c"], "X")
+    metrics, error = parity_gate(ref, {8: flip}, 1.0, 0.0, ABC, "X", TASK)
     assert metrics["top1_agreement"] == pytest.approx(2 / 3)
-    assert "Worst image: c" in error and "top-1 0 in PyTorch vs 1 in X" in error
+    assert "Worst image: c" in error and "top-1 0 in PyTorch vs top-1 1 in X" in error
 
 
 @pytest.fixture(scope="module")

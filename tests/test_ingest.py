@@ -4,9 +4,11 @@ import os
 
 import pytest
 
-from stages.ingest import FIELDS, build_manifest, inventory, list_files
+from stages.ingest import build_manifest, default_task, inventory, list_files, manifest_fields
 from stages.lib.io import write_csv
 from tests.conftest import run_stage, write_image
+
+FIELDS = manifest_fields(default_task())
 
 
 def make_tree(root):

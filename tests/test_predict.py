@@ -131,7 +131,7 @@ def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project
         if not r["error"]:
             assert r["label"] == r["topk"][0]["label"] and r["score"] == r["topk"][0]["score"]
             assert len(r["topk"]) == 3
-    confusion = rows_of(trained_project / "plots/confusion.csv")
+    confusion = rows_of(trained_project / "plots/eval/confusion.csv")
     assert len(confusion) > 10
     for c in confusion:  # the evaluate stage's PyTorch predictions on its test split
         assert by_path[c["path"]]["label"] == c["predicted"], c

@@ -88,7 +88,7 @@ def predict_matches_evaluate(root: Path) -> int:
 
     source = yaml.safe_load((root / "params.yaml").read_text())["data"]["source"]
     evaluated = {f"{source}/{r['path']}": r["predicted"]
-                 for r in read_csv(root / "plots/confusion.csv")}
+                 for r in read_csv(root / "plots/eval/confusion.csv")}
     (root / "inputs.txt").write_text("".join(p + "\n" for p in sorted(evaluated)))
     proc = run_stage("predict", "@inputs.txt", "--model", "models/model.onnx",
                      "--out", "predictions.jsonl", cwd=root)

@@ -1,7 +1,7 @@
 import numpy as np
 from PIL import Image
 
-from stages.sample import digit_images, pgm_bytes
+from stages.tasks.classification.sample import digit_images, pgm_bytes
 from tests.conftest import run_stage
 
 

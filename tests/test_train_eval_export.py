@@ -3,11 +3,15 @@ import numpy as np
 import pytest
 import torch
 
-from stages.evaluate import headline_metrics
 from stages.export import compare, onnx_bytes, onnx_logits
-from stages.lib.models import build_model, load_model, save_model
+from stages.ingest import default_task
+from stages.lib.models import load_model, save_model
 from stages.lib.params import Train
+from stages.tasks.classification.metrics import headline_metrics
+from stages.tasks.classification.model import build_model
 from stages.train import epoch_order, train
+
+TASK = default_task()
 
 META = {"classes": ["a", "b"], "image_size": 8, "channels": 1, "mean": [0.5], "std": [0.5]}
 
@@ -66,7 +70,7 @@ def test_onnx_export_agrees_and_parity_catches_a_different_model():
     import onnx
 
     model = build_model("small_cnn", 2, 1).eval()
-    blob = onnx_bytes(model, META)
+    blob = onnx_bytes(model, META, default_task())
     proto = onnx.load_from_string(blob)
     assert [i.name for i in proto.graph.input] == ["input"]
     assert [o.name for o in proto.graph.output] == ["logits"]
@@ -74,9 +78,10 @@ def test_onnx_export_agrees_and_parity_catches_a_different_model():
     assert meta["classes"] == '["a", "b"]'
     x = toy_data(70)[0].numpy()  # 70 > the batch of 64: the batch axis is dynamic
     reference = model(torch.from_numpy(x)).detach().numpy()
-    assert compare(reference, onnx_logits(blob, x, 64), 1e-4, 0)["abs"].max() < 1e-4
+    assert compare(reference, onnx_logits(blob, x, 64), 1e-4, 0,
+                   TASK)["abs"].max() < 1e-4
     torch.manual_seed(1)
     other = build_model("small_cnn", 2, 1).eval()
     diff_other = compare(other(torch.from_numpy(x)).detach().numpy(), onnx_logits(blob, x, 64),
-                         1e-4, 0)["abs"]
+                         1e-4, 0, TASK)["abs"]
     assert diff_other.max() > 1e-3

@@ -4,13 +4,15 @@ import dataclasses
 
 import pytest
 import torch
+import yaml
 
 from stages.lib import checkpoint as ck
 from stages.lib.augment import EpochBatches, augment, sample_seed
 from stages.lib.io import StageError
-from stages.lib.models import build_model, head_name, init_from, save_model
+from stages.lib.models import head_name, init_from, save_model
 from stages.lib.params import Train
-from stages.train import check_params, lr_factor, oom_message, train
+from stages.tasks.classification.model import build_model
+from stages.train import lr_factor, oom_message, train
 from tests.test_train_eval_export import META, toy_data
 
 AUG = Train(aug_crop_scale=0.5, aug_hflip=0.5, aug_rotate=15.0, aug_jitter=0.2)
@@ -42,13 +44,17 @@ def test_warmup_then_cosine():
     assert lr_factor(Train(epochs=4), 0) == 1.0
 
 
-def test_bad_choices_name_the_param():
-    for bad, key in ((Train(precision="fp8"), "train.precision"),
-                     (Train(optimizer="adam"), "train.optimizer"),
-                     (Train(batch_size=1, nproc=2), "train.nproc"),
-                     (Train(freeze_backbone=True), "train.init_from")):
+def test_bad_choices_name_the_param(tmp_path):
+    from stages.lib.params import load
+
+    path = tmp_path / "params.yaml"
+    for bad, key in (({"precision": "fp8"}, "train.precision"),
+                     ({"optimizer": "adam"}, "train.optimizer"),
+                     ({"batch_size": 1, "nproc": 2}, "train.nproc"),
+                     ({"freeze_backbone": True}, "train.init_from")):
+        path.write_text(yaml.safe_dump({"train": bad}))
         with pytest.raises(StageError, match=key.replace(".", r"\.")):
-            check_params(bad)
+            load("train", path)
 
 
 def test_fingerprint_mismatch_says_why(tmp_path):
@@ -112,11 +118,12 @@ def test_non_finite_gradient_with_a_finite_loss_stops_before_the_step(clip):
     """A gradient that turns NaN while the loss stays finite is caught at the optimiser step
     (by the gradient sum, or by the clipping norm when clipping is on), naming every micro-batch
     accumulated into that step, and the step is not taken."""
+    from stages.ingest import default_task
     from stages.train import NonFinite, fit, setup
 
     x, y = toy_data(48)
     p = Train(epochs=1, batch_size=8, lr=0.01, grad_accum_steps=2, grad_clip=clip)
-    run = setup(p, META)
+    run = setup(p, META, default_task())
     calls = []
 
     def poison(grad):  # the third micro-batch's gradient: the first of optimiser step 2

@@ -3,12 +3,16 @@ import json
 
 import pytest
 
-from stages.ingest import FIELDS, build_manifest
+from stages.ingest import build_manifest, default_task, manifest_fields
+from stages.lib import checks
 from stages.lib.io import write_csv
 from stages.lib.params import Validate
-from stages.validate import BLOCKING, DATASET, WARNINGS, check_all, quarantine_rows
+from stages.validate import check_all, quarantine_rows
 from tests.conftest import run_stage, write_image
 from tests.corrupt import build
+
+TASK = default_task()
+FIELDS = manifest_fields(TASK)
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +24,9 @@ def corrupt(tmp_path_factory):
 
 def test_every_bad_file_is_named_with_its_check_and_good_ones_pass(corrupt):
     _, bad, good, rows = corrupt
-    result = check_all(rows, Validate())
-    found = {path: check for check in BLOCKING for path in result["issues"].get(check, {})}
+    result = check_all(rows, Validate(), TASK)
+    found = {path: check for check in checks.blocking(TASK)
+             for path in result["issues"].get(check, {})}
     assert found == bad  # all offenders, each under the check that catches it
     assert result["bad"] == set(bad) and not result["dataset"]
     assert good == {r["path"] for r in rows} - set(bad)
@@ -29,7 +34,7 @@ def test_every_bad_file_is_named_with_its_check_and_good_ones_pass(corrupt):
 
 def test_odd_but_valid_files_are_warnings_not_errors(corrupt):
     _, _, good, rows = corrupt
-    issues = check_all(rows, Validate())["issues"]
+    issues = check_all(rows, Validate(), TASK)["issues"]
     assert {"cat/deep 16-bit.png", "dog/cmyk.jpg", "bird/palette alpha.png",
             "bird/anim.gif"} <= set(issues["mode"])
     assert set(issues["bit_depth"]) == {"cat/deep 16-bit.png"}
@@ -40,13 +45,13 @@ def test_odd_but_valid_files_are_warnings_not_errors(corrupt):
     near = issues["near_duplicate"]
     for i, label in enumerate(("cat", "dog", "bird", "cat", "dog", "bird")):
         assert f"{label}/near{i} twin.jpg" in near[f"{label}/near{i}.png"]  # pairs named
-    warned = {path for check in WARNINGS for path in issues.get(check, {})}
+    warned = {path for check in checks.warnings(TASK) for path in issues.get(check, {})}
     assert warned <= good
 
 
 def test_quarantine_lists_every_bad_file_with_a_reason(corrupt):
     _, bad, _, rows = corrupt
-    listed = quarantine_rows(check_all(rows, Validate()))
+    listed = quarantine_rows(check_all(rows, Validate(), TASK), TASK)
     assert [r["path"] for r in listed] == sorted(bad)
     assert all(r["reason"] for r in listed)
 
@@ -59,12 +64,12 @@ def test_class_checks_expected_minimum_and_imbalance(tmp_path):
     write_image(tmp_path / "stray" / "0.png", seed=200)
     rows = build_manifest(tmp_path, 1)
     p = Validate(min_per_class=3, max_imbalance=5.0, classes=["big", "small", "wanted"])
-    result = check_all(rows, p)
+    result = check_all(rows, p, TASK)
     assert set(result["dataset"]["missing_class"]) == {"wanted"}
     assert set(result["dataset"]["imbalance"]) == {"small"}  # 12 / 2 > 5
     assert set(result["dataset"]["min_per_class"]) == {"small"}
     assert set(result["issues"]["unexpected_class"]) == {"stray/0.png"}
-    assert set(result["dataset"]) <= set(DATASET)
+    assert set(result["dataset"]) <= set(checks.dataset(TASK))
 
 
 def run_validate(root, rows, on_error):
@@ -108,7 +113,7 @@ def test_clean_data_passes_with_an_empty_quarantine(in_tmp):
     assert (in_tmp / "data/quarantine.csv").read_text() == "path,reason\n"
     metrics = json.loads((in_tmp / "metrics/validation.json").read_text())
     assert metrics["valid"] == 12 and metrics["invalid"] == 0
-    assert set(metrics["checks"]) == set(BLOCKING + WARNINGS + DATASET)
+    assert set(metrics["checks"]) == set(checks.all_checks(TASK))
 
 
 def test_stage_exits_non_zero_naming_files_from_the_command_line(in_tmp):

@@ -61,15 +61,21 @@ def augment(x, p, seed: int):
 
 
 class EpochBatches:
-    """Batch b of one epoch on one rank: the samples `indices[b*bs:(b+1)*bs]`, augmented.
+    """Batch b of one epoch on one rank: the samples `indices[b*bs:(b+1)*bs]`, augmented by the
+    task (image and target together; classification: augment() above, target unchanged).
 
     Indexable and picklable, so DataLoader workers can fetch any batch in any process.
     Returns (sample indices, x, y).
     """
 
-    def __init__(self, x, y, indices, batch_size: int, p, epoch: int):
+    def __init__(self, x, y, indices, batch_size: int, p, epoch: int, task=None):
+        if task is None:
+            from stages.lib.params import DEFAULT_TASK
+            from stages.tasks import get
+
+            task = get(DEFAULT_TASK)
         self.x, self.y, self.indices = x, y, indices
-        self.batch_size, self.p, self.epoch = batch_size, p, epoch
+        self.batch_size, self.p, self.epoch, self.task = batch_size, p, epoch, task
         self.augment = augmenting(p)
 
     def __len__(self):
@@ -79,12 +85,11 @@ class EpochBatches:
         import torch
 
         idx = self.indices[b * self.batch_size:(b + 1) * self.batch_size]
-        if self.augment:
-            xb = torch.stack([augment(self.x[i], self.p, sample_seed(self.p.seed, self.epoch, i))
-                              for i in idx.tolist()])
-        else:
-            xb = self.x[idx]
-        return idx, xb, self.y[idx]
+        if not self.augment:
+            return idx, self.x[idx], self.y[idx]
+        pairs = [self.task.augment(self.x[i], self.y[i], self.p,
+                                   sample_seed(self.p.seed, self.epoch, i)) for i in idx.tolist()]
+        return idx, torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs])
 
 
 def batches(ds: EpochBatches, start: int, num_workers: int):

@@ -52,8 +52,8 @@ def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
     file is a decompression bomb and is never decoded. `phash` (16 hex digits, imagehash's
     perceptual hash of the converted first frame) lets validate and split find near-duplicates.
     """
-    facts = {"format": "", "width": 0, "height": 0, "mode": "", "error": "", "frames": 0,
-             "bits": 0, "alpha": 0, "phash": ""}
+    facts = {"format": "", "width": 0, "height": 0, "mode": "", "error_kind": "", "error": "",
+             "frames": 0, "bits": 0, "alpha": 0, "phash": ""}
     def why(exc):  # the file's name only: outs never hold absolute paths
         if isinstance(exc, UnidentifiedImageError):  # its message holds a path or an address
             return "cannot decode: UnidentifiedImageError: not an image format Pillow knows"
@@ -65,13 +65,14 @@ def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
     try:
         img = open_header(path)
     except Exception as exc:  # PIL raises many types; every one means "not a usable image"
-        facts["error"] = why(exc)
+        facts.update(error_kind="undecodable", error=why(exc))
         return facts
     with img:
         facts.update(format=img.format or "", width=img.width, height=img.height, mode=img.mode,
                      frames=getattr(img, "n_frames", 1), alpha=int(has_alpha(img)),
                      bits=HIGH_BIT_MODES.get(img.mode, 1 if img.mode == "1" else 8))
         if max_pixels and img.width * img.height > max_pixels:
+            facts["error_kind"] = "too_large"
             facts["error"] = (f"too large: {img.width}x{img.height} = {img.width * img.height} "
                               f"pixels > validate.max_pixels ({max_pixels}); a possible "
                               f"decompression bomb, not decoded")
@@ -87,7 +88,7 @@ def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
                 if with_phash:
                     facts["phash"] = phash(hash_input(img, facts["frames"]))
         except Exception as exc:
-            facts["error"] = why(exc)
+            facts.update(error_kind="undecodable", error=why(exc))
     return facts
 
 

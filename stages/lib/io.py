@@ -37,16 +37,25 @@ def write_bytes(path, data: bytes) -> None:
         raise
 
 
-def write_json(path, obj) -> None:
-    write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+def json_bytes(obj) -> bytes:
+    """Indented JSON with sorted keys and a final newline: the one JSON format of every out."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
-def write_csv(path, rows, fieldnames) -> None:
+def csv_bytes(rows, fieldnames) -> bytes:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_bytes(path, buf.getvalue().encode())
+    return buf.getvalue().encode()
+
+
+def write_json(path, obj) -> None:
+    write_bytes(path, json_bytes(obj))
+
+
+def write_csv(path, rows, fieldnames) -> None:
+    write_bytes(path, csv_bytes(rows, fieldnames))
 
 
 def read_csv(path) -> list[dict]:

@@ -1,47 +1,14 @@
-"""Model construction and the model.pt format shared by train, evaluate and export.
+"""The model.pt format shared by train, evaluate, export and the tools, and weight loading.
 
-torch is imported inside the functions so that `--help` of every stage stays instant.
+A task builds its model (Task.build_model); this module saves and loads it, runs it, and loads
+fine-tuning weights into it. torch is imported inside the functions so `--help` stays instant.
 """
 import io
 
-SMALL_CNN = "small_cnn"
-
-
-def build_model(name: str, num_classes: int, channels: int):
-    from torch import nn
-
-    if name == SMALL_CNN:
-        def block(cin, cout):
-            return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-
-        return nn.Sequential(
-            *block(channels, 32), nn.MaxPool2d(2),
-            *block(32, 64), nn.MaxPool2d(2),
-            *block(64, 128),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, num_classes),
-        )
-    import torchvision
-
-    if name not in torchvision.models.list_models():
-        from stages.lib.io import StageError
-
-        raise StageError(
-            f"train.model: unknown model {name!r}; use {SMALL_CNN!r} or a torchvision name "
-            f"such as resnet18 (see torchvision.models.list_models())."
-        )
-    net = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
-    if channels == 3:
-        return net
-
-    class RepeatChannels(nn.Module):  # torchvision models expect RGB
-        def forward(self, x):
-            return x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
-
-    return nn.Sequential(RepeatChannels(), net) if channels == 1 else net
-
-
 def save_model(path, model, meta: dict) -> None:
-    """model.pt: the weights plus everything needed to rebuild and feed the model."""
+    """model.pt: the weights plus everything needed to rebuild and feed the model. meta holds
+    `task` unless it is the default task, so files written before tasks existed (which are
+    classification models) load unchanged and keep their bytes."""
     import torch
 
     from stages.lib.io import write_bytes
@@ -62,8 +29,11 @@ def load_model(path):
     except FileNotFoundError:
         raise StageError(
             f"{path} not found: run the train stage first (`dvc repro train`).") from None
+    from stages.lib.params import DEFAULT_TASK
+    from stages.tasks import get
+
     meta = blob["meta"]
-    model = build_model(meta["model"], len(meta["classes"]), meta["channels"])
+    model = get(meta.get("task", DEFAULT_TASK)).build_model(meta["model"], meta)
     model.load_state_dict(blob["state_dict"])
     return model.eval(), meta
 

@@ -1,8 +1,12 @@
-"""The one typed loader for params.yaml.
+"""The one typed loader for params.yaml, with every choice and range declared beside its field.
 
-Each stage reads only its own section. A key that is not declared here (a typo such as
-`train.lr_rate`) or a value of the wrong type is an error that names the key, so a misspelt
-knob can never be silently ignored.
+A key that is not declared here (a typo such as `train.lr_rate`), a value of the wrong type, a
+value outside its declared choices or range, or a combination a section's `problems()` rejects
+is an error that names the key and what is allowed, so a bad knob never reaches a stage.
+
+Each stage reads its own section; the few reads across sections are declared once, in
+`STAGE_PARAMS`, which dvc.yaml's `params:` lists must match (a test checks it). The top-level
+`task` key names the task (stages/tasks/); a task may add a section of its own, named after it.
 """
 import dataclasses
 import types
@@ -15,92 +19,132 @@ import yaml
 from stages.lib.io import StageError
 
 PARAMS_FILE = "params.yaml"
+DEFAULT_TASK = "classification"
+MAX_PIXELS = 50_000_000  # images declaring more are never decoded: the pipeline's and the tools'
+
+
+def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None):
+    """A field with its allowed values: `choices`, or bounds (inclusive `at_least`/`at_most`,
+    exclusive `above`/`below`). Lists (mutable defaults) are copied per instance."""
+    meta = {k: v for k, v in (("choices", choices), ("at_least", at_least), ("above", above),
+                              ("at_most", at_most), ("below", below)) if v is not None}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class Data:
-    source: str = "data/sample"  # an ImageFolder tree: <source>/<class>/<image>
+    source: str = "data/sample"  # the dataset, in one of the task's layouts
 
 
 @dataclass(frozen=True)
 class Sample:
-    per_class: int = 0  # keep only the first N images of each digit; 0 keeps all 1,797
+    per_class: int = knob(0, at_least=0)  # first N images of each class; 0 keeps all
 
 
 @dataclass(frozen=True)
 class Ingest:
-    workers: int = 0  # processes that hash and decode; 0 = all cores
+    workers: int = knob(0, at_least=0)  # processes that hash and decode; 0 = all cores
 
 
 @dataclass(frozen=True)
 class Validate:
-    min_side: int = 8  # images with a smaller width or height are rejected
-    max_pixels: int = 50_000_000  # larger images are never decoded (decompression bombs)
-    formats: list[str] = dataclasses.field(  # Pillow format names accepted
-        default_factory=lambda: ["BMP", "GIF", "JPEG", "PNG", "PPM", "TIFF", "WEBP"])
-    classes: list[str] = dataclasses.field(default_factory=list)  # expected; [] = any
-    min_per_class: int = 5  # fewest usable images a class may have
-    max_imbalance: float = 20.0  # largest class / smallest class, at most
-    near_dup_distance: int = 4  # phash Hamming distance at or below which images are near-dups
-    on_error: str = "fail"  # fail | quarantine (list bad files in data/quarantine.csv, go on)
+    min_side: int = knob(8, at_least=1)  # images with a smaller width or height are rejected
+    max_pixels: int = knob(MAX_PIXELS, at_least=1)  # larger images are never decoded (bombs)
+    formats: list[str] = knob(["BMP", "GIF", "JPEG", "PNG", "PPM", "TIFF", "WEBP"])  # Pillow's
+    classes: list[str] = knob([])  # expected class names; [] = any
+    min_per_class: int = knob(5, at_least=0)  # fewest usable images a class may have
+    max_imbalance: float = knob(20.0, at_least=1.0)  # largest class / smallest class, at most
+    near_dup_distance: int = knob(4, at_least=-1, at_most=64)  # phash bits; -1 = off
+    on_error: str = knob("fail", choices=("fail", "quarantine"))  # quarantine: list, go on
 
 
 @dataclass(frozen=True)
 class Split:
-    by: str = "hash"  # hash (stable as data grows) | time (chronological, needs timestamps)
+    by: str = knob("hash", choices=("hash", "time"))  # hash: stable as data grows | time
     seed: int = 42
-    val: float = 0.15
-    test: float = 0.15
+    val: float = knob(0.15, above=0.0, below=1.0)
+    test: float = knob(0.15, above=0.0, below=1.0)
+
+    def problems(self) -> list[str]:
+        if self.val + self.test >= 1:
+            return [f"split.val + split.test must be below 1 (got {self.val} + {self.test}): "
+                    f"the train split would be empty"]
+        return []
 
 
 @dataclass(frozen=True)
 class Prepare:
-    image_size: int = 16
-    channels: int = 1  # 1 = greyscale, 3 = RGB
-    mean: list[float] = dataclasses.field(default_factory=lambda: [0.5])
-    std: list[float] = dataclasses.field(default_factory=lambda: [0.5])
+    image_size: int = knob(16, at_least=1)
+    channels: int = knob(1, choices=(1, 3))  # 1 = greyscale, 3 = RGB
+    mean: list[float] = knob([0.5])
+    std: list[float] = knob([0.5])
+
+    def problems(self) -> list[str]:
+        if len(self.mean) != self.channels or len(self.std) != self.channels:
+            return [f"prepare.mean and prepare.std need one value per channel "
+                    f"(prepare.channels is {self.channels}; got {len(self.mean)} and "
+                    f"{len(self.std)})"]
+        if any(s <= 0 for s in self.std):
+            return ["prepare.std values must be above 0"]
+        return []
 
 
 @dataclass(frozen=True)
 class Train:
     model: str = "small_cnn"  # or a torchvision architecture name, e.g. resnet18
-    epochs: int = 15
-    batch_size: int = 32
-    lr: float = 0.003
-    optimizer: str = "adamw"  # adamw | sgd
-    weight_decay: float = 0.0001
-    warmup_epochs: int = 0  # linear warm-up epochs before the cosine decay
-    label_smoothing: float = 0.0
-    grad_accum_steps: int = 1  # micro-batches per optimiser step
-    grad_clip: float = 0.0  # max global gradient norm; 0 = off
-    precision: str = "fp32"  # fp32 (mixed precision off) | bf16 | fp16 (with a GradScaler)
+    epochs: int = knob(15, at_least=1)
+    batch_size: int = knob(32, at_least=1)
+    lr: float = knob(0.003, above=0.0)
+    # precision is never called "off": YAML 1.1 (PyYAML) reads a bare off as false, and
+    # `dvc exp run -S` rewrites params.yaml without quotes
+    optimizer: str = knob("adamw", choices=("adamw", "sgd"))
+    weight_decay: float = knob(0.0001, at_least=0.0)
+    warmup_epochs: int = knob(0, at_least=0)  # linear warm-up epochs before the cosine decay
+    label_smoothing: float = knob(0.0, at_least=0.0, below=1.0)
+    grad_accum_steps: int = knob(1, at_least=1)  # micro-batches per optimiser step
+    grad_clip: float = knob(0.0, at_least=0.0)  # max global gradient norm; 0 = off
+    precision: str = knob("fp32", choices=("fp32", "bf16", "fp16"))  # fp32: mixed precision off
     seed: int = 0
-    num_workers: int = 0  # DataLoader worker processes; never changes the result
+    num_workers: int = knob(0, at_least=0)  # DataLoader worker processes; never changes results
     deterministic: bool = True  # torch deterministic algorithms (+ cuDNN/cuBLAS flags on GPU)
-    aug_crop_scale: float = 1.0  # random resized crop, min area fraction; 1.0 = off
-    aug_hflip: float = 0.0  # horizontal flip probability; 0 = off
-    aug_rotate: float = 0.0  # max rotation in degrees; 0 = off
-    aug_jitter: float = 0.0  # brightness/contrast jitter strength; 0 = off
+    aug_crop_scale: float = knob(1.0, above=0.0, at_most=1.0)  # random resized crop; 1.0 = off
+    aug_hflip: float = knob(0.0, at_least=0.0, at_most=1.0)  # horizontal flip probability
+    aug_rotate: float = knob(0.0, at_least=0.0, at_most=180.0)  # max rotation in degrees
+    aug_jitter: float = knob(0.0, at_least=0.0)  # brightness/contrast jitter strength
     init_from: str = ""  # weights file or a previous model.pt to start from; "" = random init
-    freeze_backbone: bool = False  # with init_from: train only the classification head
-    checkpoint_every_steps: int = 0  # also write last.pt every N optimiser steps; 0 = per epoch
-    best_metric: str = "val_acc"  # val_acc (higher is better) | val_loss: picks best.pt
-    nproc: int = 1  # processes; > 1 runs under torchrun (DDP: gloo on CPU, nccl on GPU)
+    freeze_backbone: bool = False  # with init_from: train only the head
+    checkpoint_every_steps: int = knob(0, at_least=0)  # also last.pt every N steps; 0 = epochs
+    best_metric: str = knob("val_metric", choices=("val_metric", "val_loss"))  # picks best.pt
+    nproc: int = knob(1, at_least=1)  # processes; > 1 runs under torchrun (DDP)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.batch_size < self.nproc:
+            out.append(f"train.batch_size ({self.batch_size}) is the global batch, split over "
+                       f"train.nproc ({self.nproc}) processes: make it at least train.nproc")
+        if self.warmup_epochs >= self.epochs:
+            out.append(f"train.warmup_epochs must be below train.epochs ({self.epochs}), "
+                       f"got {self.warmup_epochs}")
+        if self.freeze_backbone and not self.init_from:
+            out.append("train.freeze_backbone needs train.init_from (the weights to keep)")
+        return out
 
 
 @dataclass(frozen=True)
 class Evaluate:
-    batch_size: int = 256
-    bad_cases: int = 16  # misclassified images shown in plots/bad_cases.png, worst first
-    calibration_bins: int = 15  # equal-width confidence bins of the expected calibration error
+    batch_size: int = knob(256, at_least=1)
+    bad_cases: int = knob(16, at_least=0)  # worst mistakes drawn in plots/eval/bad_cases.png
+    calibration_bins: int = knob(15, at_least=1)  # equal-width bins of the calibration error
 
 
 @dataclass(frozen=True)
 class Export:
-    atol: float = 0.0001  # an image fails when max|logit diff| > atol + rtol * max|logit|
-    rtol: float = 0.0001
-    parity_samples: int = 0  # test images checked for parity (first N of test.csv); 0 = all
-    parity_batch: int = 64  # the larger batch size tried besides batch size 1
+    atol: float = knob(0.0001, at_least=0.0)  # an item fails: |diff| > atol + rtol * max|ref|
+    rtol: float = knob(0.0001, at_least=0.0)
+    parity_samples: int = knob(0, at_least=0)  # test images checked (first N); 0 = all
+    parity_batch: int = knob(64, at_least=1)  # the larger batch size tried besides 1
     torchscript: bool = False  # also write models/torchscript/model.pt, behind the same gate
 
 
@@ -114,6 +158,19 @@ SECTIONS = {
     "train": Train,
     "evaluate": Evaluate,
     "export": Export,
+}
+
+# What each stage reads, in one place: its own section and the few reads across sections. Every
+# stage also reads `task`. dvc.yaml's `params:` of each stage lists exactly these (tested).
+STAGE_PARAMS = {
+    "sample": ("sample",),
+    "ingest": ("data.source", "ingest", "validate.max_pixels"),  # bombs are never decoded
+    "validate": ("validate",),
+    "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
+    "prepare": ("data.source", "prepare"),
+    "train": ("train",),
+    "evaluate": ("evaluate",),
+    "export": ("data", "split", "prepare", "train", "export"),  # hashed into the ONNX metadata
 }
 
 
@@ -143,31 +200,89 @@ def _coerce(key: str, value, ftype, path):
     raise bad(f"of type {ftype.__name__}")
 
 
-def load(section: str, path=PARAMS_FILE):
-    """Return the typed params of one section; unknown sections or keys are errors naming them."""
+def _allowed(key: str, value, meta: dict) -> str:
+    """Why value breaks the field's declared choices or bounds; "" when it does not."""
+    if "choices" in meta and value not in meta["choices"]:
+        return f"`{key}` must be one of {', '.join(map(str, meta['choices']))}, got {value!r}"
+    bounds = (("at_least", lambda v, b: v >= b, ">="), ("above", lambda v, b: v > b, ">"),
+              ("at_most", lambda v, b: v <= b, "<="), ("below", lambda v, b: v < b, "<"))
+    for name, ok, sign in bounds:
+        if name in meta and not ok(value, meta[name]):
+            return f"`{key}` must be {sign} {meta[name]}, got {value!r}"
+    return ""
+
+
+def read(path=PARAMS_FILE) -> dict:
+    """The raw params file as a dict; a missing file is an error saying where to run."""
     path = Path(path)
     if not path.exists():
         raise StageError(f"{path} not found: run the stage from the project root.")
     raw = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(raw) - set(SECTIONS))
-    if unknown:
-        raise StageError(
-            f"{path}: unknown section(s) {', '.join(unknown)}; "
-            f"known sections: {', '.join(SECTIONS)}."
-        )
-    cls = SECTIONS[section]
-    values = raw.get(section) or {}
+    if not isinstance(raw, dict):
+        raise StageError(f"{path}: expected a mapping of sections.")
+    return raw
+
+
+def task_name(path=PARAMS_FILE) -> str:
+    """The `task` key: a task under stages/tasks/ (classification when absent)."""
+    name = read(path).get("task", DEFAULT_TASK)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise StageError(f"{path}: `task` must be a task name such as {DEFAULT_TASK}, "
+                         f"got {name!r}.")
+    return name
+
+
+def parse(cls, section: str, values, path):
+    """A section's dataclass from its raw mapping: names, types, choices, ranges, problems()."""
+    values = values or {}
     if not isinstance(values, dict):
         raise StageError(f"{path}: `{section}` must be a mapping of keys to values.")
-    known = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in sorted(values):
-        if key not in known:
+        if key not in fields:
             raise StageError(
                 f"{path}: unknown key `{section}.{key}`; known keys in `{section}`: "
-                f"{', '.join(known)}. Fix the spelling or remove it."
+                f"{', '.join(fields)}. Fix the spelling or remove it."
             )
     hints = typing.get_type_hints(cls)
-    return cls(**{k: _coerce(f"{section}.{k}", v, hints[k], path) for k, v in values.items()})
+    typed = {k: _coerce(f"{section}.{k}", v, hints[k], path) for k, v in values.items()}
+    obj = cls(**typed)
+    for name, field in fields.items():
+        why = _allowed(f"{section}.{name}", getattr(obj, name), field.metadata)
+        if why:
+            raise StageError(f"{path}: {why}. Fix it in {path}.")
+    problems = obj.problems() if hasattr(obj, "problems") else []
+    if problems:
+        raise StageError(f"{path}: " + "; ".join(problems) + f". Fix it in {path}.")
+    return obj
+
+
+def known_sections(path) -> set[str]:
+    """Stage sections, `task`, and a section for every task under stages/tasks/."""
+    from stages.tasks import available
+
+    return set(SECTIONS) | {"task"} | set(available())
+
+
+def load(section: str, path=PARAMS_FILE):
+    """Return the typed params of one section; unknown sections or keys are errors naming them.
+
+    A section named after the selected task is that task's own params (its `params_class`)."""
+    raw = read(path)
+    unknown = sorted(set(raw) - known_sections(path))
+    if unknown:
+        raise StageError(
+            f"{path}: unknown section(s) {', '.join(unknown)}; known sections: "
+            f"{', '.join(sorted(known_sections(path)))}."
+        )
+    if section in SECTIONS:
+        return parse(SECTIONS[section], section, raw.get(section), path)
+    from stages.tasks import get
+
+    cls = get(section).params_class
+    if cls is None:
+        raise StageError(f"task {section} has no params section of its own.")
+    return parse(cls, section, raw.get(section), path)
 
 
 def params_option(func):

@@ -1,0 +1,27 @@
+"""Test hooks, all in one place: each is an environment variable PIPELINE_TEST_<NAME>.
+
+They exist only so tests can reach states a real run reaches by accident (a kill mid-step, a
+poisoned sample, a broken export, a slow batch). Unset, which they always are in real runs, each
+costs one dictionary lookup and changes nothing.
+"""
+import os
+
+PREFIX = "PIPELINE_TEST_"
+HOOKS = {
+    "KILL_AT_STEP": "train: SIGKILL the stage right after optimiser step N",
+    "POISON": "train: set the train sample with this path (as in data/split/train.csv) to inf",
+    "EXPORT_MEAN_SHIFT": "export: the exported graphs add this number to their input, as a "
+                         "model exported with another normalisation would (the gate must fail)",
+    "PREDICT_DELAY_S": "tools.predict: sleep this many seconds after every written batch",
+}
+
+
+def env_name(name: str) -> str:
+    if name not in HOOKS:
+        raise KeyError(f"unknown test hook {name}; known: {', '.join(HOOKS)}")
+    return PREFIX + name
+
+
+def value(name: str) -> str:
+    """The hook's value, "" when unset."""
+    return os.environ.get(env_name(name), "")

@@ -1,0 +1,45 @@
+"""The task registry: every package under stages/tasks/ that defines `TASK` is a task.
+
+`task: <name>` in params.yaml selects one. Adding a task means adding a package here (a
+subclass of stages.tasks.base.Task, instantiated as `TASK` in its __init__.py); no stage module
+changes. Nothing heavy is imported until a task is looked up.
+"""
+import importlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def available() -> list[str]:
+    """Names of the task packages, sorted (no import)."""
+    return sorted(p.name for p in HERE.iterdir()
+                  if p.is_dir() and p.name.isidentifier() and (p / "__init__.py").is_file())
+
+
+def get(name: str):
+    """The Task instance of the named task; an unknown name is an error listing the tasks."""
+    from stages.lib.io import StageError
+    from stages.tasks.base import Task
+
+    if name not in available():
+        raise StageError(f"task {name!r} does not exist; tasks: {', '.join(available())} "
+                         f"(each is a package under stages/tasks/). Fix `task` in params.yaml.")
+    task = getattr(importlib.import_module(f"stages.tasks.{name}"), "TASK", None)
+    if not isinstance(task, Task) or task.name != name:
+        raise StageError(f"stages/tasks/{name}/__init__.py must define TASK, an instance of a "
+                         f"stages.tasks.base.Task subclass whose name is {name!r}.")
+    return task
+
+
+def current(params_path="params.yaml"):
+    """The task params.yaml selects."""
+    from stages.lib.params import task_name
+
+    return get(task_name(params_path))
+
+
+def code_files(task) -> list[Path]:
+    """The task's source files plus the protocol's: what a change to the task's code touches."""
+    folder = HERE / task.name
+    return [HERE / "base.py", *sorted(p for p in folder.rglob("*.py")
+                                      if "__pycache__" not in p.parts)]

@@ -1,0 +1,156 @@
+"""The Task protocol: everything in the pipeline that is shaped by the label type.
+
+The stages are the same for every task (sample ingest validate split prepare train evaluate
+export report, plus the tools predict and serve); each looks the task up once
+(`stages.tasks.current()`) and calls it. What is task-agnostic stays in stages/lib/: inventory,
+hashing, decode checks, groups, split, checkpoints, resume, DDP, provenance.
+
+A task subclasses `Task`, overrides what differs from the defaults below, and is instantiated as
+`TASK` in `stages/tasks/<name>/__init__.py`. Keep torch and other heavy imports inside methods:
+stages look the task up after parsing their options, but `--help` must stay instant.
+
+The order of the sections follows the pipeline.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BLOCKING, WARNING, DATASET = "blocking", "warning", "dataset"
+
+
+@dataclass
+class Annotations:
+    """What a task read from the dataset's annotations, for ingest.
+
+    values: {path: {field: value}} for the task's `annotation_fields` plus `group` and
+      `timestamp`, for every inventoried entry and every entry of `extra`.
+    errors: {path: (error_kind, message)}: an annotation problem of that entry (unlabelled, a
+      bad label file, an empty class folder...). It shows in the manifest when decoding the file
+      found nothing wrong; every error_kind must be one of the task's blocking checks.
+    skip: files under the source that are annotations, not images (labels.csv, YOLO .txt).
+    extra: paths that get a manifest row without a file (listed in annotations, not found).
+    """
+    values: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    skip: set = field(default_factory=set)
+    extra: list = field(default_factory=list)
+
+
+class Task:
+    name = ""
+    params_class = None  # the dataclass of the task's own params.yaml section, if it has one
+    annotation_fields: tuple = ()  # manifest and split columns after `path`
+    checks: dict = {}  # {check: (kind, description)}: the task's own validate checks
+    annotation_errors: tuple = ()  # error kinds read_annotations may set (blocking checks)
+    meta_keys: tuple = ()  # keys of data/processed/meta.json the task owns; models carry them
+    target_dtype = "int64"  # numpy dtype of the stored targets (data/processed/<split>_y.npy)
+    val_metric = "metric"  # train logs val/<val_metric> and metrics/train.json val_<val_metric>
+    val_higher_is_better = True
+    output_names = ("logits",)  # the ONNX graph's outputs
+    agreement_name = "agreement"  # metrics/export.json key: share of items whose decision agrees
+    headline_metric = ""  # the metrics/eval.json key a reader looks at first
+
+    # ---- sample: the built-in dataset, byte-identical on every machine
+
+    def sample(self, params_path):
+        """Yield (relative path, bytes) of the built-in sample, in a fixed order."""
+        raise NotImplementedError(f"task {self.name} has no built-in sample")
+
+    # ---- ingest
+
+    def read_annotations(self, source: Path, listing: list) -> Annotations:
+        """Annotations for walk()'s listing [(path, kind, key)] (kind: file, empty, dirlink)."""
+        return Annotations(values={rel: {"group": "", "timestamp": ""}
+                                   for rel, kind, _ in listing if kind == "file"})
+
+    # ---- validate
+
+    def annotation_key(self, row: dict) -> str:
+        """What the file is annotated as: the same bytes under two keys is a label conflict."""
+        return "\t".join(row[f] for f in self.annotation_fields)
+
+    def check_columns(self, rows: list, ok: list, p) -> dict:
+        """Extra columns of the per-file table validate checks (None where a check skips)."""
+        return {}
+
+    def file_expectations(self, p) -> list:
+        """[(check, great_expectations expectation)] over check_columns' columns."""
+        return []
+
+    def reason(self, check: str, row: dict, p) -> str:
+        """Why a file fails one of the task's file checks."""
+        return check
+
+    def dataset_findings(self, usable: list, p, offenders) -> dict:
+        """{check: {key: reason}} of dataset-level problems over the usable rows.
+        offenders(frame, [(check, expectation)], key_column) runs great_expectations."""
+        return {}
+
+    def label_counts(self, rows: list) -> dict:
+        """{class: count} of rows, for balance checks, split counts and the report."""
+        return {}
+
+    # ---- prepare
+
+    def prepare_meta(self, splits: dict) -> dict:
+        """The task's part of meta.json (its meta_keys), from {split: rows}."""
+        return {}
+
+    def encoder(self, meta: dict):
+        """A function (row, pixels) -> the stored target of one sample (pixels: its uint8
+        HxWxC model input), given the task's meta."""
+        raise NotImplementedError
+
+    # ---- train
+
+    def build_model(self, name: str, meta: dict):
+        raise NotImplementedError
+
+    def augment(self, x, y, p, seed: int):
+        """Augment one sample; image and target move together. Default: the shared pixel
+        augmentations, which leave a target that does not depend on geometry unchanged."""
+        from stages.lib.augment import augment
+
+        return augment(x, p, seed), y
+
+    def loss(self, outputs, targets, p):
+        """The training loss (a scalar tensor) of one batch."""
+        raise NotImplementedError
+
+    def val_sums(self, outputs, targets) -> tuple:
+        """(sum of the loss, sum of the metric) over a validation batch; train divides by n."""
+        raise NotImplementedError
+
+    # ---- evaluate
+
+    def evaluate(self, outputs, targets, paths: list, images, meta: dict, p) -> tuple:
+        """(headline metrics for metrics/eval.json, {file name: bytes} for plots/eval/).
+        images: the uint8 test arrays the model saw (memory-mapped)."""
+        raise NotImplementedError
+
+    # ---- export
+
+    def agree(self, reference, candidate):
+        """Per item: does the exported model make the same decision? Default: always."""
+        import numpy as np
+
+        return np.ones(len(reference), dtype=bool)
+
+    def describe(self, outputs_row) -> str:
+        """One item's decision, for the parity gate's message."""
+        return ""
+
+    # ---- predict and serve
+
+    def decode(self, outputs, meta: dict, k: int) -> list:
+        """One prediction dict per item of a batch of outputs (numpy)."""
+        raise NotImplementedError
+
+    # ---- report
+
+    def headline(self, facts) -> list:
+        """[(label, value)] shown at the top of the run report."""
+        return []
+
+    def report_sections(self, facts) -> list:
+        """[(id, title, html)] of the task's sections of the run report."""
+        return []

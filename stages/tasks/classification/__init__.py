@@ -1,0 +1,96 @@
+"""Image classification: one class per image (ImageFolder or labels.csv), cross-entropy,
+accuracy and per-class scores, top-k predictions."""
+from stages.tasks.base import Task
+from stages.tasks.classification import annotations, checks
+
+
+class Classification(Task):
+    name = "classification"
+    annotation_fields = ("label",)
+    checks = checks.CHECKS
+    annotation_errors = ("empty_folder", "missing", "unlabelled")
+    meta_keys = ("classes",)
+    target_dtype = "int64"
+    val_metric = "acc"
+    agreement_name = "top1_agreement"
+    headline_metric = "accuracy"
+
+    def sample(self, params_path):
+        from stages.lib.params import load
+        from stages.tasks.classification.sample import digit_images
+
+        return digit_images(load("sample", params_path).per_class)
+
+    def read_annotations(self, source, listing):
+        return annotations.read_annotations(source, listing)
+
+    def annotation_key(self, row):
+        return row["label"]
+
+    def check_columns(self, rows, ok, p):
+        return checks.check_columns(rows, ok, p)
+
+    def file_expectations(self, p):
+        return checks.file_expectations(p)
+
+    def reason(self, check, row, p):
+        return f"unexpected class {row['label']} (validate.classes)"  # its one file check
+
+    def dataset_findings(self, usable, p, offenders):
+        return checks.dataset_findings(usable, p, offenders)
+
+    def label_counts(self, rows):
+        return checks.label_counts(rows)
+
+    def prepare_meta(self, splits):
+        return {"classes": sorted({r["label"] for rows in splits.values() for r in rows})}
+
+    def encoder(self, meta):
+        index = {c: i for i, c in enumerate(meta["classes"])}
+        return lambda row, pixels: index[row["label"]]
+
+    def build_model(self, name, meta):
+        from stages.tasks.classification.model import build_model
+
+        return build_model(name, len(meta["classes"]), meta["channels"])
+
+    def loss(self, outputs, targets, p):
+        import torch.nn.functional as F
+
+        return F.cross_entropy(outputs, targets, label_smoothing=p.label_smoothing)
+
+    def val_sums(self, outputs, targets):
+        import torch.nn.functional as F
+
+        outputs = outputs.float()
+        return (F.cross_entropy(outputs, targets, reduction="sum").item(),
+                (outputs.argmax(1) == targets).sum().item())
+
+    def evaluate(self, outputs, targets, paths, images, meta, p):
+        from stages.tasks.classification.metrics import evaluate
+
+        return evaluate(outputs, targets, paths, images, meta["classes"], p)
+
+    def agree(self, reference, candidate):
+        return candidate.argmax(1) == reference.argmax(1)
+
+    def describe(self, outputs_row):
+        return f"top-1 {int(outputs_row.argmax())}"
+
+    def decode(self, outputs, meta, k):
+        from stages.tasks.classification.outputs import decode
+
+        return decode(outputs, meta["classes"], k)
+
+    def headline(self, facts):
+        from stages.tasks.classification import report
+
+        return report.headline(facts)
+
+    def report_sections(self, facts):
+        from stages.tasks.classification import report
+
+        return report.sections(facts)
+
+
+TASK = Classification()
