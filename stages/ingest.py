@@ -202,6 +202,8 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused}.
     """
+    from stages.tasks import default_task
+
     task = task or default_task()
     fields = manifest_fields(task)
     with no_gc():
@@ -259,13 +261,6 @@ def make_row(rel: str, kind: str, facts, notes, fields) -> dict | None:
     elif not row["error"] and rel in notes.errors:
         row["error_kind"], row["error"] = notes.errors[rel]
     return row
-
-
-def default_task():
-    from stages.lib.params import DEFAULT_TASK
-    from stages.tasks import get
-
-    return get(DEFAULT_TASK)
 
 
 def build_manifest(root: Path, workers: int = 0, max_pixels: int = 0, task=None) -> list[dict]:

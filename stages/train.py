@@ -281,11 +281,10 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
 def train(p, x_train, y_train, x_val, y_val, meta, log=None, task=None):
     """Train in memory from scratch; return (model, history). `log(epoch, record)` per epoch.
     task: classification unless given."""
-    from stages.lib.params import DEFAULT_TASK
-    from stages.tasks import get
+    from stages.tasks import default_task
 
     set_deterministic(p.deterministic)
-    run = setup(p, meta, task or get(DEFAULT_TASK))
+    run = setup(p, meta, task or default_task())
     on_epoch = (lambda rec, perf: log(rec["epoch"] - 1, rec)) if log else None
     fit(p, run, (x_train, y_train, x_val, y_val), on_epoch=on_epoch)
     return run["model"], run["state"]["history"]
@@ -361,7 +360,6 @@ def main(params_path):
     from stages.lib import hooks
     from stages.lib.images import load_processed
     from stages.lib.models import save_model
-    from stages.lib.params import DEFAULT_TASK
     from stages.lib.provenance import run_record, write_run_record
     from stages.tasks import code_files, current
 
@@ -476,10 +474,8 @@ def main(params_path):
     if writer:
         model = getattr(run["model"], "module", run["model"])
         keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
-        model_meta = {**{k: meta[k] for k in keys}, "model": p.model}
-        if task.name != DEFAULT_TASK:  # see save_model
-            model_meta["task"] = task.name
-        save_model(MODEL, model, model_meta)
+        save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
+                                  "task": task.name})
         history, best = run["state"]["history"], run["state"]["best"]
         last = history[-1]
         metric = f"val_{task.val_metric}"

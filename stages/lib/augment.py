@@ -70,10 +70,9 @@ class EpochBatches:
 
     def __init__(self, x, y, indices, batch_size: int, p, epoch: int, task=None):
         if task is None:
-            from stages.lib.params import DEFAULT_TASK
-            from stages.tasks import get
+            from stages.tasks import default_task
 
-            task = get(DEFAULT_TASK)
+            task = default_task()
         self.x, self.y, self.indices = x, y, indices
         self.batch_size, self.p, self.epoch, self.task = batch_size, p, epoch, task
         self.augment = augmenting(p)

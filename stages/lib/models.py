@@ -6,12 +6,18 @@ fine-tuning weights into it. torch is imported inside the functions so `--help` 
 import io
 
 def save_model(path, model, meta: dict) -> None:
-    """model.pt: the weights plus everything needed to rebuild and feed the model. meta holds
-    `task` unless it is the default task, so files written before tasks existed (which are
-    classification models) load unchanged and keep their bytes."""
+    """model.pt: the weights plus everything needed to rebuild and feed the model.
+
+    meta["task"] is dropped when it is the default task: files written before tasks existed are
+    classification models, so they load unchanged, and a classifier's model.pt keeps its bytes.
+    """
     import torch
 
     from stages.lib.io import write_bytes
+    from stages.lib.params import DEFAULT_TASK
+
+    if meta.get("task") == DEFAULT_TASK:
+        meta = {k: v for k, v in meta.items() if k != "task"}
 
     buf = io.BytesIO()
     torch.save({"meta": meta, "state_dict": model.state_dict()}, buf)

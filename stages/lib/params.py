@@ -6,7 +6,8 @@ is an error that names the key and what is allowed, so a bad knob never reaches 
 
 Each stage reads its own section; the few reads across sections are declared once, in
 `STAGE_PARAMS`, which dvc.yaml's `params:` lists must match (a test checks it). The top-level
-`task` key names the task (stages/tasks/); a task may add a section of its own, named after it.
+`task` key names the task (a package under stages/tasks/); task-shaped knobs live in the stage
+section that reads them (validate.classes, evaluate.calibration_bins...).
 """
 import dataclasses
 import types
@@ -257,32 +258,16 @@ def parse(cls, section: str, values, path):
     return obj
 
 
-def known_sections(path) -> set[str]:
-    """Stage sections, `task`, and a section for every task under stages/tasks/."""
-    from stages.tasks import available
-
-    return set(SECTIONS) | {"task"} | set(available())
-
-
 def load(section: str, path=PARAMS_FILE):
-    """Return the typed params of one section; unknown sections or keys are errors naming them.
-
-    A section named after the selected task is that task's own params (its `params_class`)."""
+    """Return the typed params of one section; unknown sections or keys are errors naming them."""
     raw = read(path)
-    unknown = sorted(set(raw) - known_sections(path))
+    unknown = sorted(set(raw) - set(SECTIONS) - {"task"})
     if unknown:
         raise StageError(
-            f"{path}: unknown section(s) {', '.join(unknown)}; known sections: "
-            f"{', '.join(sorted(known_sections(path)))}."
+            f"{path}: unknown section(s) {', '.join(unknown)}; known sections: task, "
+            f"{', '.join(SECTIONS)}."
         )
-    if section in SECTIONS:
-        return parse(SECTIONS[section], section, raw.get(section), path)
-    from stages.tasks import get
-
-    cls = get(section).params_class
-    if cls is None:
-        raise StageError(f"task {section} has no params section of its own.")
-    return parse(cls, section, raw.get(section), path)
+    return parse(SECTIONS[section], section, raw.get(section), path)
 
 
 def params_option(func):

@@ -31,6 +31,13 @@ def get(name: str):
     return task
 
 
+def default_task():
+    """The task of a params file without `task` (and of model files from before tasks)."""
+    from stages.lib.params import DEFAULT_TASK
+
+    return get(DEFAULT_TASK)
+
+
 def current(params_path="params.yaml"):
     """The task params.yaml selects."""
     from stages.lib.params import task_name

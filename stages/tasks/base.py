@@ -37,7 +37,6 @@ class Annotations:
 
 class Task:
     name = ""
-    params_class = None  # the dataclass of the task's own params.yaml section, if it has one
     annotation_fields: tuple = ()  # manifest and split columns after `path`
     checks: dict = {}  # {check: (kind, description)}: the task's own validate checks
     annotation_errors: tuple = ()  # error kinds read_annotations may set (blocking checks)

@@ -1,0 +1,113 @@
+"""The Task seam is real: stages name no task, dvc.yaml's params are what stages read, and a task
+defined in tests/ runs the whole pipeline without a change to any stage module."""
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from stages.lib.io import StageError
+from stages.lib.params import STAGE_PARAMS
+from tests.conftest import ROOT
+
+BRIGHTNESS = ROOT / "tests/tasks/brightness"
+
+
+def test_no_stage_module_names_a_task():
+    """Stages look the task up and call it: no `if task == ...` chain, no task name."""
+    shells = sorted((ROOT / "stages").glob("*.py")) + sorted((ROOT / "stages/lib").glob("*.py"))
+    for path in shells:
+        text = path.read_text()
+        assert "classification" not in text.lower().replace("default_task", ""), path
+        assert not re.search(r"task(\.name)?\s*[!=]=", text), path
+
+
+def test_dvc_yaml_params_are_what_each_stage_reads():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, reads in STAGE_PARAMS.items():
+        assert stages[name]["params"] == ["task", *reads], name
+        assert "stages/tasks/${task}" in stages[name]["deps"], name
+
+
+def test_unknown_task_is_an_error_listing_the_tasks(tmp_path):
+    from stages.tasks import current
+
+    (tmp_path / "params.yaml").write_text("task: detectoin\n")
+    with pytest.raises(StageError, match=r"task 'detectoin' does not exist; tasks: "
+                                         r"classification"):
+        current(tmp_path / "params.yaml")
+
+
+def test_a_param_outside_its_choices_or_range_is_named(tmp_path):
+    from stages.lib.params import load
+
+    path = tmp_path / "params.yaml"
+    for section, values, message in (
+            ("train", {"optimizer": "adam"}, r"`train\.optimizer` must be one of adamw, sgd"),
+            ("split", {"val": 0.6, "test": 0.5}, r"split\.val \+ split\.test must be below 1"),
+            ("evaluate", {"calibration_bins": 0}, r"`evaluate\.calibration_bins` must be >= 1"),
+            ("export", {"atol": -1.0}, r"`export\.atol` must be >= 0"),
+            ("prepare", {"channels": 3}, r"one value per channel"),
+            ("validate", {"on_error": "skip"}, r"one of fail, quarantine")):
+        path.write_text(yaml.safe_dump({section: values}))
+        with pytest.raises(StageError, match=message):
+            load(section, path)
+
+
+@pytest.mark.e2e
+def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
+    from tools.project import copy_project, dvc, git
+
+    root = copy_project(ROOT, tmp_path / "project",
+                        params={"sample.per_class": 20, "train.epochs": 4})
+    shutil.copytree(BRIGHTNESS, root / "stages/tasks/brightness",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["task"] = "brightness"
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    # Only the new task package and params.yaml differ from the project: no stage changed.
+    changed = git(root, "status", "--porcelain").split("\n")
+    assert sorted(line[3:] for line in changed if line) == ["params.yaml", "stages/tasks/"]
+
+    proc = dvc(root, "repro")
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
+        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
+        "report"]
+    train = json.loads((root / "metrics/train.json").read_text())
+    assert set(train) == {"epochs", "train_loss", "val_loss", "val_mae", "best_epoch"}
+    assert (root / "plots/train/plots/metrics/val/mae.tsv").is_file()
+
+    # The headline MAE is what the exported model really does on the test images.
+    import onnxruntime as ort
+
+    from stages.lib.images import normalize
+
+    meta = json.loads((root / "data/processed/meta.json").read_text())
+    assert "classes" not in meta  # nothing of classification leaked in
+    images = np.load(root / "data/processed/test_x.npy")
+    session = ort.InferenceSession(str(root / "models/model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["brightness"]
+    props = session.get_modelmeta().custom_metadata_map
+    assert json.loads(props["task"]) == "brightness"
+    predicted = session.run(None, {"input": normalize(images, meta["mean"], meta["std"])})[0]
+    truth = images.reshape(len(images), -1).mean(axis=1) / 255.0
+    mae = float(np.abs(predicted[:, 0] - truth).mean())
+    headline = json.loads((root / "metrics/eval.json").read_text())
+    assert headline["samples"] == len(images)
+    assert headline["mae"] == pytest.approx(mae, abs=1e-5)
+    assert headline["mae"] < truth.mean() / 2  # far better than knowing nothing
+    val = [float(line.split("\t")[-1]) for line in (
+        root / "plots/train/plots/metrics/val/mae.tsv").read_text().splitlines()[1:]]
+    assert len(val) == 4 and val[-1] < val[0]  # it learned
+    rows = (root / "plots/eval/predictions.csv").read_text().splitlines()
+    assert rows[0] == "path,target,predicted" and len(rows) == len(images) + 1
+    export = json.loads((root / "metrics/export.json").read_text())
+    assert export["max_abs_diff"] < 1e-4 and export["agreement"] == 1.0
+    page = (root / "reports/run.html").read_text()
+    assert "Brightness" in page and "test MAE" in page
+    assert "Confusion matrix" not in page  # the classification sections are not drawn
+    assert "up to date" in dvc(root, "status").stdout
