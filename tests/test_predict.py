@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from stages.lib.inference import BadImage, read_image, top_k
-from stages.predict import expand, iter_inputs, repair_torn_tail
-from tests.conftest import ROOT, run_stage, write_image
+from tests.conftest import ROOT, run_tool, write_image
+from tools.inference import BadImage, read_image, top_k
+from tools.predict import expand, iter_inputs, repair_torn_tail
 
 
 def rows_of(path):
@@ -69,11 +69,11 @@ def test_top_k_is_sorted_and_starts_with_argmax():
 
 def test_usage_errors_exit_2_and_missing_model_exits_1(in_tmp):
     write_image("imgs/a.png")
-    proc = run_stage("predict", cwd=in_tmp)
+    proc = run_tool("predict", cwd=in_tmp)
     assert proc.returncode == 2, proc.stderr
-    proc = run_stage("predict", "no/such/dir", "--model", "m.onnx", cwd=in_tmp)
+    proc = run_tool("predict", "no/such/dir", "--model", "m.onnx", cwd=in_tmp)
     assert proc.returncode == 2 and "no/such/dir" in proc.stderr
-    proc = run_stage("predict", "imgs", "--model", "missing.onnx", cwd=in_tmp)
+    proc = run_tool("predict", "imgs", "--model", "missing.onnx", cwd=in_tmp)
     assert proc.returncode == 1 and "missing.onnx not found" in proc.stderr
     assert not (in_tmp / "predictions.jsonl").exists()
 
@@ -97,7 +97,7 @@ def folder(trained_project, tmp_path_factory):
 
 
 def predict(cwd, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "stages.predict", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "tools.predict", *args], cwd=cwd,
                           capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
@@ -178,7 +178,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
     (tmp_path / "list.txt").write_text("\n".join(files) + "\n")
     out = tmp_path / "p.jsonl"
     args = ["@list.txt", *model_args(trained_project), "--batch-size", "4", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "stages.predict", *args], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "tools.predict", *args], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT),
                                  "PREDICT_BATCH_DELAY_S": "0.05"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -216,7 +216,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
 def test_onnxruntime_path_never_imports_torch(trained_project):
     code = (
         "import sys\n"
-        "from stages.lib.inference import load, predict_batch, read_image\n"
+        "from tools.inference import load, predict_batch, read_image\n"
         f"model = load('onnxruntime', {str(trained_project / 'models/model.onnx')!r})\n"
         f"image = read_image({str(trained_project / 'data/sample/3/0003.pgm')!r}, "
         "model.image_size, model.channels)\n"

@@ -182,7 +182,7 @@ def open_output(out: Path, fmt: str):
 
 def predict_rows(model, batch, top_k: int) -> list[dict]:
     """batch: [(path, uint8 image or None, error)] -> output rows in the same order."""
-    from stages.lib.inference import predict_batch
+    from tools.inference import predict_batch
 
     preds = iter(predict_batch(model, [img for _, img, _ in batch if img is not None], top_k))
     rows = []
@@ -246,7 +246,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     """
     from tqdm import tqdm
 
-    from stages.lib.inference import BadImage, load, read_image
+    from tools.inference import BadImage, load, read_image
 
     if not sources and not retry_failed:
         raise click.UsageError("give at least one SOURCE (or --retry-failed to re-run the "

@@ -47,7 +47,7 @@ class MicroBatcher:
     async def run(self) -> None:
         import asyncio
 
-        from stages.lib.inference import predict_batch
+        from tools.inference import predict_batch
 
         loop = asyncio.get_running_loop()
         while True:
@@ -86,7 +86,7 @@ class MicroBatcher:
 def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = 40_000_000,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
                max_wait_ms: float = 5.0):
-    """The FastAPI app serving a loaded stages.lib.inference.Model."""
+    """The FastAPI app serving a loaded tools.inference.Model."""
     import asyncio
     import contextlib
     import io
@@ -98,7 +98,7 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = 40_000_000,
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel
 
-    from stages.lib.inference import BadImage, describe, read_image
+    from tools.inference import BadImage, describe, read_image
 
     log = logging.getLogger("uvicorn.error")
     model_info = describe(model, metrics_path)
@@ -245,7 +245,7 @@ def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, t
     """
     import uvicorn
 
-    from stages.lib.inference import load
+    from tools.inference import load
 
     model = load(backend, model_path, threads)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
