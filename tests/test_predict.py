@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_tool, write_image
-from tools.inference import BadImage, read_image, top_k
+from tools.inference import BadImage, Model, decode, read_image
 from tools.predict import expand, iter_inputs, repair_torn_tail
 
 
@@ -60,11 +60,16 @@ def test_read_image_names_each_kind_of_bad_file(tmp_path):
         assert exc.value.kind == kind, (path, exc.value)
 
 
-def test_top_k_is_sorted_and_starts_with_argmax():
+def test_decode_is_sorted_softmax_top_k_starting_with_argmax():
+    model = Model("onnxruntime", "m.onnx", classes=["a", "b", "c"], image_size=8, channels=1,
+                  mean=[0.5], std=[0.5], sha256="0" * 64)
     logits = np.array([[0.0, 3.0, 1.0], [2.0, 2.0, -1.0]], dtype=np.float32)
-    out = top_k(logits, ["a", "b", "c"], 2)
+    out = decode(model, logits, 2)
     assert [[t["label"] for t in row] for row in out] == [["b", "c"], ["a", "b"]]
     assert out[0][0]["score"] == pytest.approx(np.exp(3) / (1 + np.exp(3) + np.exp(1)), abs=1e-6)
+    assert out[1][0]["score"] == out[1][1]["score"]  # a tie goes to the lower class index
+    assert [len(row) for row in decode(model, logits, 10)] == [3, 3]  # k capped at the classes
+    assert logits[0, 1] == 3.0  # the model's output is not modified
 
 
 def test_usage_errors_exit_2_and_missing_model_exits_1(in_tmp):
