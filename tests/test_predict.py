@@ -83,6 +83,35 @@ def test_usage_errors_exit_2_and_missing_model_exits_1(in_tmp):
     assert not (in_tmp / "predictions.jsonl").exists()
 
 
+def max_pixels_defaults() -> list[int]:
+    """The --max-pixels default of predict and of serve, as click resolves it here and now."""
+    import click
+
+    from tools import predict as predict_tool
+    from tools import serve
+
+    defaults = []
+    for command in (predict_tool.main, serve.main):
+        (param,) = [p for p in command.params if p.name == "max_pixels"]
+        defaults.append(param.get_default(click.Context(command)))
+    return defaults
+
+
+def test_max_pixels_default_is_validate_max_pixels_of_params_yaml(in_tmp, capsys):
+    from stages.lib.params import Validate
+    from tools.project import set_params
+
+    assert max_pixels_defaults() == [Validate().max_pixels] * 2  # no params.yaml here
+    shutil.copy(ROOT / "params.yaml", in_tmp / "params.yaml")
+    set_params(in_tmp, {"validate.max_pixels": 1234})
+    assert max_pixels_defaults() == [1234, 1234]
+    assert capsys.readouterr().err == ""
+    set_params(in_tmp, {"validate.max_pixel": 99})  # a misspelt key: the file is not valid
+    assert max_pixels_defaults() == [Validate().max_pixels] * 2
+    warning = capsys.readouterr().err
+    assert "validate.max_pixel" in warning and "--max-pixels defaults to" in warning
+
+
 # --- with a model trained by the pipeline ------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -230,3 +259,29 @@ def test_onnxruntime_path_never_imports_torch(trained_project):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() in [str(d) for d in range(10)]
+
+
+@pytest.mark.e2e
+def test_default_max_pixels_follows_params_yaml_on_real_files(trained_project, tmp_path):
+    """A 45 MP PNG (45 KB on disk) is decoded and predicted with default options where
+    params.yaml's validate.max_pixels is 50 MP, and refused from its header where it is 40 MP:
+    the tools accept what the pipeline would train on, no more."""
+    from tests.corrupt import png_bomb
+    from tools.project import set_params
+
+    (tmp_path / "models").mkdir()
+    shutil.copy(trained_project / "models/model.onnx", tmp_path / "models/model.onnx")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "big.png").write_bytes(png_bomb(9000, 5000, bits=8))
+    runs = {}
+    for limit in (50_000_000, 40_000_000):
+        set_params(tmp_path, {"validate.max_pixels": limit})
+        proc = run_tool("predict", "big.png", "--out", f"{limit}.jsonl", cwd=tmp_path)
+        runs[limit] = proc, rows_of(tmp_path / f"{limit}.jsonl")
+    proc, [row] = runs[50_000_000]
+    assert proc.returncode == 0, proc.stderr
+    assert row["error"] == "" and row["label"] in [str(d) for d in range(10)], row
+    proc, [row] = runs[40_000_000]
+    assert proc.returncode == 3, proc.stderr
+    assert row["error"] == ("too_large: image has 9000x5000 = 45000000 pixels, over the limit "
+                            "of 40000000"), row

@@ -13,11 +13,11 @@ import numpy as np
 
 from stages.lib.images import sha256_file
 from stages.lib.io import StageError
+from stages.lib.params import MAX_PIXELS
+from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
 TORCH_MODEL = Path("models/model.pt")
-BACKENDS = ("onnxruntime", "torch")
-MAX_PIXELS = 40_000_000  # width x height above which an image is refused before decoding
 META_KEYS = ("classes", "image_size", "channels", "mean", "std")
 
 

@@ -15,6 +15,7 @@ import yaml
 from stages.lib.io import StageError
 
 PARAMS_FILE = "params.yaml"
+MAX_PIXELS = 50_000_000  # default of validate.max_pixels, which predict and serve follow too
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Ingest:
 @dataclass(frozen=True)
 class Validate:
     min_side: int = 8  # images with a smaller width or height are rejected
-    max_pixels: int = 50_000_000  # larger images are never decoded (decompression bombs)
+    max_pixels: int = MAX_PIXELS  # larger images are never decoded (decompression bombs)
     formats: list[str] = dataclasses.field(  # Pillow format names accepted
         default_factory=lambda: ["BMP", "GIF", "JPEG", "PNG", "PPM", "TIFF", "WEBP"])
     classes: list[str] = dataclasses.field(default_factory=list)  # expected; [] = any
