@@ -36,9 +36,10 @@ PROBE = """
 import json, resource, sys, time
 from pathlib import Path
 from stages.ingest import inventory
+from stages.lib.params import MAX_PIXELS
 root, workers, cache = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 t = time.perf_counter()
-rows, stats = inventory(root, workers, 50_000_000, cache)
+rows, stats = inventory(root, workers, MAX_PIXELS, cache)
 seconds = time.perf_counter() - t
 kib = lambda who: resource.getrusage(who).ru_maxrss
 rows_bytes = sum(sys.getsizeof(r) + sum(map(sys.getsizeof, r.values())) for r in rows)

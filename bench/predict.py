@@ -50,7 +50,7 @@ def bench_api(model_path: Path, files: list[Path], requests: int, concurrency: i
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "stages.serve", "--model", str(model_path),
+    proc = subprocess.Popen([sys.executable, "-m", "tools.serve", "--model", str(model_path),
                              "--port", str(port), "--log-level", "warning"], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -105,14 +105,14 @@ def main(project, images_dir, count, batch_size, requests, concurrency):
     """Print images/s of onnxruntime and PyTorch eager, and the API's requests/s and latency."""
     import tempfile
 
-    from stages.lib.inference import load, read_image
-    from stages.predict import walk
+    from tools.inference import load, read_image
+    from tools.predict import walk
 
     scratch = tempfile.TemporaryDirectory()
     if project is None:
         project = ROOT
         if not (ROOT / "models/model.onnx").is_file():
-            from stages.lib.project import copy_project, dvc
+            from tools.project import copy_project, dvc
 
             click.echo("no models/ here: training a small copy (20 images per class, 1 epoch)")
             project = copy_project(ROOT, Path(scratch.name) / "project",

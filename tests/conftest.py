@@ -32,18 +32,28 @@ def in_tmp(tmp_path, monkeypatch):
 @pytest.fixture
 def project(tmp_path):
     """A git-committed copy of the project's files (no data, no models) in a temp dir."""
-    from stages.lib.project import copy_project
+    from tools.project import copy_project
 
     return copy_project(ROOT, tmp_path / "project")
 
 
-def run_stage(name, *args, cwd=None):
-    """Run `python -m stages.<name>` like DVC does; return the CompletedProcess."""
+def run_module(module, *args, cwd=None):
+    """Run `python -m <module>` with this checkout first on the path; the CompletedProcess."""
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", f"stages.{name}", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                           capture_output=True, text=True)
+
+
+def run_stage(name, *args, cwd=None):
+    """Run `python -m stages.<name>` like DVC does; return the CompletedProcess."""
+    return run_module(f"stages.{name}", *args, cwd=cwd)
+
+
+def run_tool(name, *args, cwd=None):
+    """Run `python -m tools.<name>` (predict, serve, verify, doctor, smoke)."""
+    return run_module(f"tools.{name}", *args, cwd=cwd)
 
 
 TINY_RUN = {"sample.per_class": 20, "train.epochs": 1}
@@ -55,7 +65,7 @@ def trained_project(tmp_path_factory):
     epoch), committed: a real models/model.pt, models/model.onnx, metrics, plots and report.
     Shared by every test that needs a run (session scope, one pipeline run); treat it as
     read-only, and take a `copy_run` of it to change anything."""
-    from stages.lib.project import copy_project, dvc, git
+    from tools.project import copy_project, dvc, git
 
     dest = copy_project(ROOT, tmp_path_factory.mktemp("trained") / "project", params=TINY_RUN)
     proc = dvc(dest, "repro")

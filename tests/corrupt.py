@@ -29,17 +29,18 @@ def encoded(img: Image.Image, fmt: str, **kw) -> bytes:
     return buf.getvalue()
 
 
-def png_bomb(width=10000, height=10000) -> bytes:
-    """A valid 1-bit PNG of width x height black pixels in ~15 KB: decoding it would allocate
-    100 M pixels. Written chunk by chunk, so making it costs no memory either."""
+def png_bomb(width=10000, height=10000, bits=1) -> bytes:
+    """A valid greyscale PNG (`bits` 1 or 8 per pixel) of width x height black pixels, tiny on
+    disk (~15 KB for the default 100 M 1-bit pixels): decoding it would allocate every pixel.
+    Written chunk by chunk, so making it costs no memory either."""
     def chunk(kind, data):
         return (struct.pack(">I", len(data)) + kind + data
                 + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
 
-    row = b"\0" * (1 + (width + 7) // 8)
+    row = b"\0" * (1 + (width * bits + 7) // 8)
     z = zlib.compressobj(9)
     idat = b"".join(z.compress(row) for _ in range(height)) + z.flush()
-    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", width, height, bits, 0, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat)
             + chunk(b"IEND", b""))
 

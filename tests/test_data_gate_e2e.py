@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from stages.lib.project import copy_project, dvc, set_params
 from tests.conftest import ROOT
 from tests.corrupt import NEAR_PAIRS, build, encoded, photo, straddles
+from tools.project import copy_project, dvc, set_params
 
 pytestmark = pytest.mark.e2e
 

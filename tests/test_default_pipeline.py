@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from stages.lib.project import STAGES_BEFORE_TRAIN, dvc, lock_hashes
-from tests.conftest import ROOT, run_stage
+from tests.conftest import ROOT, run_tool
+from tools.project import STAGES_BEFORE_TRAIN, dvc, lock_hashes
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +22,6 @@ def test_default_pipeline_is_accurate_and_reproduces_the_committed_lock(project)
 
 
 def test_smoke_command_runs_the_pipeline_in_a_temp_copy():
-    proc = run_stage("smoke", cwd=ROOT)
+    proc = run_tool("smoke", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("smoke: OK")

@@ -4,9 +4,9 @@ import socket
 import subprocess
 import sys
 
-from stages.doctor import FAIL, OK, WARN, lock_findings, read_lock, remote_findings
-from stages.lib.project import copy_project, dvc
 from tests.conftest import ROOT
+from tools.doctor import FAIL, OK, WARN, lock_findings, read_lock, remote_findings
+from tools.project import copy_project, dvc
 
 
 def test_installed_environment_matches_requirements_lock():
@@ -78,7 +78,7 @@ def test_cli_exits_1_and_prints_each_problem_with_its_fix(tmp_path, monkeypatch)
     repo = s3_project(tmp_path, f"http://127.0.0.1:{closed_port()}")
     lock = tmp_path / "other.lock"
     lock.write_text("no-such-package-xyz==1.0\n")
-    proc = subprocess.run([sys.executable, "-m", "stages.doctor", "--lock", str(lock),
+    proc = subprocess.run([sys.executable, "-m", "tools.doctor", "--lock", str(lock),
                            "--timeout", "2"], cwd=repo, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from stages.lib.project import dvc
 from tests.conftest import copy_run
 from tests.test_export import consume, torch_top1
+from tools.project import dvc
 
 pytestmark = pytest.mark.e2e
 

@@ -6,13 +6,15 @@ import pytest
 from tests.conftest import ROOT
 
 STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
-          "smoke", "report", "predict", "serve", "verify", "doctor"]
+          "report"]
+TOOLS = ["predict", "serve", "verify", "doctor", "smoke"]
+MODULES = [f"stages.{name}" for name in STAGES] + [f"tools.{name}" for name in TOOLS]
 
 PROBE = """
 import runpy, sys
-sys.argv = ["{name}", "--help"]
+sys.argv = ["{module}", "--help"]
 try:
-    runpy.run_module("stages.{name}", run_name="__main__")
+    runpy.run_module("{module}", run_name="__main__")
 except SystemExit as exc:
     assert exc.code == 0, exc.code
 heavy = sorted(m for m in ("torch", "torchvision", "great_expectations", "onnx", "onnxruntime",
@@ -21,9 +23,17 @@ print("HEAVY:" + ",".join(heavy))
 """
 
 
-@pytest.mark.parametrize("name", STAGES)
-def test_help_is_instant_and_imports_no_heavy_library(name):
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(name=name)], cwd=ROOT,
+def test_every_command_module_is_listed():
+    """A new stage or tool must be added above, so its --help is checked too."""
+    found = sorted(f"{pkg}.{path.stem}" for pkg in ("stages", "tools")
+                   for path in (ROOT / pkg).glob("*.py") if path.stem != "__init__"
+                   and "def main(" in path.read_text())
+    assert found == sorted(MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_help_is_instant_and_imports_no_heavy_library(module):
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(module=module)], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Usage:" in proc.stdout

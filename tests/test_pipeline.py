@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from stages.lib.project import STAGES_BEFORE_TRAIN, dvc, git, lock_hashes, set_params
 from tests.conftest import TINY_RUN, copy_run
+from tools.project import STAGES_BEFORE_TRAIN, dvc, git, lock_hashes, set_params
 
 pytestmark = pytest.mark.e2e
 

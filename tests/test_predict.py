@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from stages.lib.inference import BadImage, read_image, top_k
-from stages.predict import expand, iter_inputs, repair_torn_tail
-from tests.conftest import ROOT, run_stage, write_image
+from tests.conftest import ROOT, run_tool, write_image
+from tools.inference import BadImage, Model, decode, read_image
+from tools.predict import expand, iter_inputs, repair_torn_tail
 
 
 def rows_of(path):
@@ -60,22 +60,56 @@ def test_read_image_names_each_kind_of_bad_file(tmp_path):
         assert exc.value.kind == kind, (path, exc.value)
 
 
-def test_top_k_is_sorted_and_starts_with_argmax():
+def test_decode_is_sorted_softmax_top_k_starting_with_argmax():
+    model = Model("onnxruntime", "m.onnx", classes=["a", "b", "c"], image_size=8, channels=1,
+                  mean=[0.5], std=[0.5], sha256="0" * 64)
     logits = np.array([[0.0, 3.0, 1.0], [2.0, 2.0, -1.0]], dtype=np.float32)
-    out = top_k(logits, ["a", "b", "c"], 2)
+    out = decode(model, logits, 2)
     assert [[t["label"] for t in row] for row in out] == [["b", "c"], ["a", "b"]]
     assert out[0][0]["score"] == pytest.approx(np.exp(3) / (1 + np.exp(3) + np.exp(1)), abs=1e-6)
+    assert out[1][0]["score"] == out[1][1]["score"]  # a tie goes to the lower class index
+    assert [len(row) for row in decode(model, logits, 10)] == [3, 3]  # k capped at the classes
+    assert logits[0, 1] == 3.0  # the model's output is not modified
 
 
 def test_usage_errors_exit_2_and_missing_model_exits_1(in_tmp):
     write_image("imgs/a.png")
-    proc = run_stage("predict", cwd=in_tmp)
+    proc = run_tool("predict", cwd=in_tmp)
     assert proc.returncode == 2, proc.stderr
-    proc = run_stage("predict", "no/such/dir", "--model", "m.onnx", cwd=in_tmp)
+    proc = run_tool("predict", "no/such/dir", "--model", "m.onnx", cwd=in_tmp)
     assert proc.returncode == 2 and "no/such/dir" in proc.stderr
-    proc = run_stage("predict", "imgs", "--model", "missing.onnx", cwd=in_tmp)
+    proc = run_tool("predict", "imgs", "--model", "missing.onnx", cwd=in_tmp)
     assert proc.returncode == 1 and "missing.onnx not found" in proc.stderr
     assert not (in_tmp / "predictions.jsonl").exists()
+
+
+def max_pixels_defaults() -> list[int]:
+    """The --max-pixels default of predict and of serve, as click resolves it here and now."""
+    import click
+
+    from tools import predict as predict_tool
+    from tools import serve
+
+    defaults = []
+    for command in (predict_tool.main, serve.main):
+        (param,) = [p for p in command.params if p.name == "max_pixels"]
+        defaults.append(param.get_default(click.Context(command)))
+    return defaults
+
+
+def test_max_pixels_default_is_validate_max_pixels_of_params_yaml(in_tmp, capsys):
+    from stages.lib.params import Validate
+    from tools.project import set_params
+
+    assert max_pixels_defaults() == [Validate().max_pixels] * 2  # no params.yaml here
+    shutil.copy(ROOT / "params.yaml", in_tmp / "params.yaml")
+    set_params(in_tmp, {"validate.max_pixels": 1234})
+    assert max_pixels_defaults() == [1234, 1234]
+    assert capsys.readouterr().err == ""
+    set_params(in_tmp, {"validate.max_pixel": 99})  # a misspelt key: the file is not valid
+    assert max_pixels_defaults() == [Validate().max_pixels] * 2
+    warning = capsys.readouterr().err
+    assert "validate.max_pixel" in warning and "--max-pixels defaults to" in warning
 
 
 # --- with a model trained by the pipeline ------------------------------------------------
@@ -97,7 +131,7 @@ def folder(trained_project, tmp_path_factory):
 
 
 def predict(cwd, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "stages.predict", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "tools.predict", *args], cwd=cwd,
                           capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
@@ -178,7 +212,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
     (tmp_path / "list.txt").write_text("\n".join(files) + "\n")
     out = tmp_path / "p.jsonl"
     args = ["@list.txt", *model_args(trained_project), "--batch-size", "4", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "stages.predict", *args], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "tools.predict", *args], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT),
                                  "PREDICT_BATCH_DELAY_S": "0.05"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -216,7 +250,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
 def test_onnxruntime_path_never_imports_torch(trained_project):
     code = (
         "import sys\n"
-        "from stages.lib.inference import load, predict_batch, read_image\n"
+        "from tools.inference import load, predict_batch, read_image\n"
         f"model = load('onnxruntime', {str(trained_project / 'models/model.onnx')!r})\n"
         f"image = read_image({str(trained_project / 'data/sample/3/0003.pgm')!r}, "
         "model.image_size, model.channels)\n"
@@ -225,3 +259,29 @@ def test_onnxruntime_path_never_imports_torch(trained_project):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() in [str(d) for d in range(10)]
+
+
+@pytest.mark.e2e
+def test_default_max_pixels_follows_params_yaml_on_real_files(trained_project, tmp_path):
+    """A 45 MP PNG (45 KB on disk) is decoded and predicted with default options where
+    params.yaml's validate.max_pixels is 50 MP, and refused from its header where it is 40 MP:
+    the tools accept what the pipeline would train on, no more."""
+    from tests.corrupt import png_bomb
+    from tools.project import set_params
+
+    (tmp_path / "models").mkdir()
+    shutil.copy(trained_project / "models/model.onnx", tmp_path / "models/model.onnx")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "big.png").write_bytes(png_bomb(9000, 5000, bits=8))
+    runs = {}
+    for limit in (50_000_000, 40_000_000):
+        set_params(tmp_path, {"validate.max_pixels": limit})
+        proc = run_tool("predict", "big.png", "--out", f"{limit}.jsonl", cwd=tmp_path)
+        runs[limit] = proc, rows_of(tmp_path / f"{limit}.jsonl")
+    proc, [row] = runs[50_000_000]
+    assert proc.returncode == 0, proc.stderr
+    assert row["error"] == "" and row["label"] in [str(d) for d in range(10)], row
+    proc, [row] = runs[40_000_000]
+    assert proc.returncode == 3, proc.stderr
+    assert row["error"] == ("too_large: image has 9000x5000 = 45000000 pixels, over the limit "
+                            "of 40000000"), row

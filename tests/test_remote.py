@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.lib.project import dvc, git, lock_hashes, set_params
-from stages.verify import DIFFERENT, IDENTICAL
-from tests.conftest import copy_run, run_stage
+from tests.conftest import copy_run, run_tool
 from tests.test_verify import rows, verify
+from tools.project import dvc, git, lock_hashes, set_params
+from tools.verify import DIFFERENT, IDENTICAL
 
 pytestmark = pytest.mark.e2e
 
@@ -90,7 +90,7 @@ def predict_matches_evaluate(root: Path) -> int:
     evaluated = {f"{source}/{r['path']}": r["predicted"]
                  for r in read_csv(root / "plots/eval/confusion.csv")}
     (root / "inputs.txt").write_text("".join(p + "\n" for p in sorted(evaluated)))
-    proc = run_stage("predict", "@inputs.txt", "--model", "models/model.onnx",
+    proc = run_tool("predict", "@inputs.txt", "--model", "models/model.onnx",
                      "--out", "predictions.jsonl", cwd=root)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in (root / "predictions.jsonl").read_text().splitlines()]
@@ -141,7 +141,7 @@ def test_experiment_travels_through_git_and_dvc_remotes(pushed, tmp_path, monkey
 
 
 def test_doctor_finds_the_remote_reachable(pushed, monkeypatch):
-    from stages.doctor import remote_findings
+    from tools.doctor import remote_findings
 
     findings = remote_findings(pushed)
     assert [f.level for f in findings] == ["OK"], findings
@@ -149,7 +149,7 @@ def test_doctor_finds_the_remote_reachable(pushed, monkeypatch):
 
 
 def test_doctor_names_missing_credentials(pushed, monkeypatch, tmp_path):
-    from stages.doctor import FAIL, remote_findings
+    from tools.doctor import FAIL, remote_findings
 
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var)

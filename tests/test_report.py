@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from stages import report
-from stages.lib.project import dvc, git
 from tests.chromium import find_chromium, load_page
 from tests.conftest import ROOT, TINY_RUN, copy_run, run_stage
+from tools.project import dvc, git
 
 SECTIONS = ["provenance", "data", "training", "evaluation", "export", "experiments"]
 OVERRIDES = TINY_RUN

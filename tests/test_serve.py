@@ -32,7 +32,7 @@ def free_port() -> int:
 def server(trained_project, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("serve") / "serve.log"
     port = free_port()
-    cmd = [sys.executable, "-m", "stages.serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "tools.serve", "--port", str(port),
            "--model", str(trained_project / "models/model.onnx"),
            "--metrics", str(trained_project / "metrics/eval.json"),
            "--max-bytes", str(MAX_BYTES), "--max-pixels", str(MAX_PIXELS),
@@ -60,7 +60,7 @@ def server(trained_project, tmp_path_factory):
 def expected(trained_project, tmp_path_factory):
     """predict's rows for the sample images: what the API must answer, path -> row."""
     out = tmp_path_factory.mktemp("expected") / "p.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "stages.predict",
+    proc = subprocess.run([sys.executable, "-m", "tools.predict",
                            str(trained_project / "data/sample"), "--out", str(out),
                            "--model", str(trained_project / "models/model.onnx")],
                           cwd=out.parent, capture_output=True, text=True,

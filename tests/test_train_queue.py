@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from stages.lib.project import copy_project, dvc, git
 from tests.conftest import ROOT
+from tools.project import copy_project, dvc, git
 
 pytestmark = pytest.mark.e2e
 

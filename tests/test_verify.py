@@ -6,13 +6,13 @@ import sys
 import pytest
 import yaml
 
-from stages.lib.project import STAGES_BEFORE_TRAIN
-from stages.verify import DIFFERENT, IDENTICAL, WITHIN_TOL, metrics_close, upstream, verdict
 from tests.conftest import ROOT
+from tools.project import STAGES_BEFORE_TRAIN
+from tools.verify import DIFFERENT, IDENTICAL, WITHIN_TOL, metrics_close, upstream, verdict
 
 
 def verify(cwd, *args):
-    return subprocess.run([sys.executable, "-m", "stages.verify", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "tools.verify", *args], cwd=cwd,
                           capture_output=True, text=True)
 
 
@@ -46,7 +46,7 @@ def test_verdict_tells_noise_from_a_change(tmp_path):
 
 
 def test_a_stage_dvc_did_not_run_is_never_called_identical(tmp_path):
-    from stages.verify import NOT_RUN, compare
+    from tools.verify import NOT_RUN, compare
 
     committed = {("sample", "data/sample"): "a", ("train", "models/model.pt"): "b"}
     rows = compare(committed, committed, {"stages": {}}, {}, tmp_path, 1e-6, {"sample"})

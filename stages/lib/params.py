@@ -21,7 +21,7 @@ from stages.lib.io import StageError
 
 PARAMS_FILE = "params.yaml"
 DEFAULT_TASK = "classification"
-MAX_PIXELS = 50_000_000  # images declaring more are never decoded: the pipeline's and the tools'
+MAX_PIXELS = 50_000_000  # default of validate.max_pixels, which predict and serve follow too
 
 
 def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None):

@@ -107,7 +107,7 @@ def upstream(dvc_yaml: dict, lock: dict, targets) -> set[str]:
 
 def preflight(clone: Path) -> None:
     """Fail in seconds, naming the setting to fix, when the remote is unreachable."""
-    from stages.doctor import FAIL, remote_findings
+    from tools.doctor import FAIL, remote_findings
     from stages.lib.io import StageError
 
     for f in remote_findings(clone):
@@ -118,7 +118,7 @@ def preflight(clone: Path) -> None:
 def prepare_clone(root: Path, rev: str, clone: Path, pull: bool) -> str:
     """Clone root at rev into clone and get its `dvc add`ed inputs; return the commit sha."""
     from stages.lib.io import StageError
-    from stages.lib.project import dvc, git
+    from tools.project import dvc, git
 
     try:
         sha = git(root, "rev-parse", "--verify", f"{rev}^{{commit}}").strip()
@@ -147,7 +147,7 @@ def prepare_clone(root: Path, rev: str, clone: Path, pull: bool) -> str:
             "this working copy's DVC cache (rerun with --pull to use the remote)"
     if proc.returncode != 0:
         raise StageError(f"verify: could not get {', '.join(tracked)} from {source}; check "
-                         f"the remote with `python -m stages.doctor`.\n{proc.stdout[-2000:]}"
+                         f"the remote with `python -m tools.doctor`.\n{proc.stdout[-2000:]}"
                          f"{proc.stderr[-2000:]}")
     return sha
 
@@ -177,7 +177,7 @@ def main(rev, pull, stage_args, tol, keep):
     import yaml
 
     from stages.lib.io import StageError
-    from stages.lib.project import dvc, git, lock_hashes
+    from tools.project import dvc, git, lock_hashes
 
     try:
         root = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())

@@ -19,7 +19,7 @@ import click
 def main(per_class, epochs, keep):
     """Run `dvc repro` on a tiny config in a temp copy of this project and check its outputs."""
     from stages.lib.io import StageError, read_json
-    from stages.lib.project import copy_project, dvc
+    from tools.project import copy_project, dvc
 
     start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="pipeline-smoke-"))

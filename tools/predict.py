@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError
+from tools.options import model_options
 
 FIELDS = ["path", "label", "score", "topk", "error"]
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_SOME_FAILED = 0, 1, 2, 3
@@ -182,7 +183,7 @@ def open_output(out: Path, fmt: str):
 
 def predict_rows(model, batch, top_k: int) -> list[dict]:
     """batch: [(path, uint8 image or None, error)] -> output rows in the same order."""
-    from stages.lib.inference import predict_batch
+    from tools.inference import predict_batch
 
     preds = iter(predict_batch(model, [img for _, img, _ in batch if img is not None], top_k))
     rows = []
@@ -204,12 +205,7 @@ def write_batch(f, rows, fmt) -> None:
 
 @click.command()
 @click.argument("sources", nargs=-1)
-@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
-              help="Model file. Default: models/model.onnx (onnxruntime) or models/model.pt "
-                   "(torch).")
-@click.option("--backend", type=click.Choice(["onnxruntime", "torch"]), default="onnxruntime",
-              show_default=True, help="onnxruntime runs model.onnx without torch; torch runs "
-                                      "model.pt in PyTorch eager mode.")
+@model_options
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("predictions.jsonl"), show_default=True,
               help="Output file. Rows already in it are skipped (restart), new rows appended.")
@@ -217,13 +213,6 @@ def write_batch(f, rows, fmt) -> None:
               help="Output format. Default: csv when --out ends in .csv, else jsonl.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Images per inference call (and per durable write).")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Inference threads; 0 = the library's default (all cores).")
-@click.option("--top-k", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Classes listed per image in `topk`, best first.")
-@click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000,
-              show_default=True, help="Images whose header declares more pixels (width x "
-                                      "height) are refused before decoding.")
 @click.option("--retry-failed", is_flag=True,
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
@@ -235,8 +224,9 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     skipped), a glob pattern ('photos/**/*.jpg', quoted) or @list.txt (one path per line).
 
     Each row has path, label, score (softmax probability of label), topk (a list of
-    {label, score}) and error. A file that cannot be read or decoded, or that is too large,
-    gets a row with its error, and the run goes on.
+    {label, score}) and error. A file that cannot be read or decoded, or whose header declares
+    more than --max-pixels pixels (it is not decoded), gets a row with its error, and the run
+    goes on.
 
     The run is restartable: re-run the same command after a crash or Ctrl-C and it skips
     every path already in --out, so each input ends with exactly one row.
@@ -246,7 +236,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     """
     from tqdm import tqdm
 
-    from stages.lib.inference import BadImage, load, read_image
+    from tools.inference import BadImage, load, read_image
 
     if not sources and not retry_failed:
         raise click.UsageError("give at least one SOURCE (or --retry-failed to re-run the "

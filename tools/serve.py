@@ -14,6 +14,9 @@ from pathlib import Path
 
 import click
 
+from stages.lib.params import MAX_PIXELS
+from tools.options import model_options
+
 MAX_BYTES = 20 * 1024 * 1024
 
 
@@ -47,7 +50,7 @@ class MicroBatcher:
     async def run(self) -> None:
         import asyncio
 
-        from stages.lib.inference import predict_batch
+        from tools.inference import predict_batch
 
         loop = asyncio.get_running_loop()
         while True:
@@ -83,10 +86,10 @@ class MicroBatcher:
                     future.set_result(result)
 
 
-def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = 40_000_000,
+def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
                max_wait_ms: float = 5.0):
-    """The FastAPI app serving a loaded stages.lib.inference.Model."""
+    """The FastAPI app serving a loaded tools.inference.Model."""
     import asyncio
     import contextlib
     import io
@@ -98,7 +101,7 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = 40_000_000,
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel
 
-    from stages.lib.inference import BadImage, describe, read_image
+    from tools.inference import BadImage, describe, read_image
 
     log = logging.getLogger("uvicorn.error")
     model_info = describe(model, metrics_path)
@@ -207,31 +210,20 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = 40_000_000,
 
 
 @click.command()
-@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
-              help="Model file. Default: models/model.onnx (onnxruntime) or models/model.pt "
-                   "(torch).")
-@click.option("--backend", type=click.Choice(["onnxruntime", "torch"]), default="onnxruntime",
-              show_default=True, help="Inference library.")
+@model_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on; 127.0.0.1 answers this machine only.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True,
               help="TCP port.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=MAX_BYTES, show_default=True,
               help="Largest request body accepted; larger ones get 413.")
-@click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000,
-              show_default=True, help="Largest image (width x height) accepted; larger ones get "
-                                      "422 before they are decoded.")
 @click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False),
               default="metrics/eval.json", show_default=True,
               help="Evaluation metrics shown by GET /model, when the file exists.")
-@click.option("--top-k", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Classes listed per image, best first.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=32, show_default=True,
               help="Most images in one inference call (concurrent requests are batched).")
 @click.option("--max-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="How long the first queued image waits for others to join its batch.")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Inference threads; 0 = the library's default.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
 def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, top_k,
@@ -242,10 +234,14 @@ def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, t
     label, score, top-k and the model version; GET /health (liveness), GET /ready (model
     loaded: 200, else 503), GET /model (classes, input size, provenance, eval metrics),
     GET /docs (OpenAPI UI) and /openapi.json.
+
+    A request is answered as a whole: one file that is not an image (415), is corrupt or
+    declares more than --max-pixels pixels in its header (422, not decoded) fails the request,
+    naming the file.
     """
     import uvicorn
 
-    from stages.lib.inference import load
+    from tools.inference import load
 
     model = load(backend, model_path, threads)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,

@@ -1,4 +1,4 @@
-"""Inference shared by predict and serve: load a model, turn image bytes into a batch, top-k.
+"""Inference shared by predict and serve: load a model, read images into a batch, decode logits.
 
 The onnxruntime path imports only numpy, Pillow and onnxruntime (never torch), so a machine
 that serves the exported model does not need PyTorch. Preprocessing is `stages.lib.images`
@@ -13,11 +13,11 @@ import numpy as np
 
 from stages.lib.images import sha256_file
 from stages.lib.io import StageError
+from stages.lib.params import MAX_PIXELS
+from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
 TORCH_MODEL = Path("models/model.pt")
-BACKENDS = ("onnxruntime", "torch")
-MAX_PIXELS = 40_000_000  # width x height above which an image is refused before decoding
 META_KEYS = ("classes", "image_size", "channels", "mean", "std")
 
 
@@ -153,21 +153,20 @@ def load(backend: str, path=None, threads: int = 0) -> Model:
     raise StageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+def decode(model: Model, logits: np.ndarray, k: int) -> list[list[dict]]:
+    """The prediction rows of a batch of model outputs: per image, the k most probable of
+    model.classes, best first, as [{"label", "score"}, ...] with score the softmax probability.
 
-
-def top_k(logits: np.ndarray, classes, k: int) -> list[list[dict]]:
-    """Per row, the k most probable classes, best first: [{"label", "score"}, ...].
-
-    Ties go to the lower class index, like argmax, so the first entry is argmax(logits).
+    The one place logits become predictions (predict's rows, serve's answers). Ties go to the
+    lower class index, like argmax, so the first entry is argmax(logits).
     """
-    probs = softmax(logits.astype(np.float64))
+    z = logits.astype(np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    probs = np.exp(z)
+    probs /= probs.sum(axis=1, keepdims=True)
     k = max(1, min(k, probs.shape[1]))
     order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
-    return [[{"label": str(classes[j]), "score": round(float(p[j]), 6)} for j in row]
+    return [[{"label": str(model.classes[j]), "score": round(float(p[j]), 6)} for j in row]
             for p, row in zip(probs, order, strict=True)]
 
 
@@ -175,7 +174,7 @@ def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[list[d
     """Top-k of each uint8 HxWxC image, in order."""
     if not images:
         return []
-    return top_k(model.logits(np.stack(images)), model.classes, k)
+    return decode(model, model.logits(np.stack(images)), k)
 
 
 def describe(model: Model, metrics_path=None) -> dict:

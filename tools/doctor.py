@@ -249,7 +249,7 @@ def git_findings(root) -> list[Finding]:
 
 
 def dvc_status_findings(root) -> list[Finding]:
-    from stages.lib.project import dvc
+    from tools.project import dvc
 
     proc = dvc(root, "status", check=False)
     text = (proc.stdout + proc.stderr).strip()

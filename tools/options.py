@@ -1,0 +1,62 @@
+"""The model options predict and serve share, each defined once with one help text.
+
+`--max-pixels` defaults to the pipeline's own `validate.max_pixels` (read from ./params.yaml
+when the tool runs), so the tools never refuse an image the pipeline would train on, nor decode
+one it refuses. Only click and the params module (PyYAML) are imported: `--help` stays instant.
+"""
+from pathlib import Path
+
+import click
+
+from stages.lib.params import MAX_PIXELS, PARAMS_FILE
+
+BACKENDS = ("onnxruntime", "torch")
+MAX_PIXELS_ORIGIN = f"validate.max_pixels of ./{PARAMS_FILE}, else {MAX_PIXELS}"
+
+
+def default_max_pixels(params_path=PARAMS_FILE) -> int:
+    """`validate.max_pixels` of params_path (relative to the working directory) when the file
+    exists and is valid, else the pipeline's default (stages.lib.params.MAX_PIXELS). A file
+    that exists but cannot be used is named in a warning on stderr, never ignored silently."""
+    from stages.lib.params import load
+
+    path = Path(params_path)
+    if not path.is_file():
+        return MAX_PIXELS
+    try:
+        value = load("validate", path).max_pixels
+        if value < 1:
+            raise ValueError(f"validate.max_pixels is {value}, not a positive number of pixels")
+    except Exception as exc:  # noqa: BLE001 - any unusable file means the same fallback
+        message = getattr(exc, "message", None) or str(exc)
+        click.echo(f"warning: {path}: {message}\n  --max-pixels defaults to {MAX_PIXELS}; "
+                   f"fix {path} or pass --max-pixels.", err=True)
+        return MAX_PIXELS
+    return value
+
+
+_MODEL_OPTIONS = [
+    click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+                 help="Model file. Default: models/model.onnx (onnxruntime) or models/model.pt "
+                      "(torch)."),
+    click.option("--backend", type=click.Choice(BACKENDS), default="onnxruntime",
+                 show_default=True, help="onnxruntime runs model.onnx without torch; torch runs "
+                                         "model.pt in PyTorch eager mode."),
+    click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="Inference threads; 0 = the library's default (all cores)."),
+    click.option("--max-pixels", type=click.IntRange(min=1), default=default_max_pixels,
+                 show_default=MAX_PIXELS_ORIGIN,
+                 help="Largest image (width x height, read from its header) accepted; a larger "
+                      "one is refused before it is decoded, as the pipeline's validate stage "
+                      "refuses it."),
+    click.option("--top-k", type=click.IntRange(min=1), default=3, show_default=True,
+                 help="Classes listed per image in `topk`, best first."),
+]
+
+
+def model_options(func):
+    """Add --model, --backend, --threads, --max-pixels and --top-k (parameters model_path,
+    backend, threads, max_pixels, top_k) to a click command, in that order."""
+    for option in reversed(_MODEL_OPTIONS):
+        func = option(func)
+    return func
