@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from stages.export import parity_gate
-from stages.ingest import default_task
 from stages.lib.hooks import env_name
+from stages.tasks import default_task
 from tests.conftest import ROOT, run_stage
 from tests.fake_model_project import CLASSES, make_fake_project, read_rows
 

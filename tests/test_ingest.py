@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from stages.ingest import build_manifest, default_task, inventory, list_files, manifest_fields
+from stages.ingest import build_manifest, inventory, list_files, manifest_fields
+from stages.tasks import default_task
 from stages.lib.io import write_csv
 from tests.conftest import run_stage, write_image
 

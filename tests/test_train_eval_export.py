@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from stages.export import compare, onnx_bytes, onnx_logits
-from stages.ingest import default_task
 from stages.lib.models import load_model, save_model
 from stages.lib.params import Train
 from stages.tasks.classification.metrics import headline_metrics
 from stages.tasks.classification.model import build_model
 from stages.train import epoch_order, train
+from stages.tasks import default_task
 
 TASK = default_task()
 

@@ -13,6 +13,7 @@ from stages.lib.models import head_name, init_from, save_model
 from stages.lib.params import Train
 from stages.tasks.classification.model import build_model
 from stages.train import lr_factor, oom_message, train
+from stages.tasks import default_task
 from tests.test_train_eval_export import META, toy_data
 
 AUG = Train(aug_crop_scale=0.5, aug_hflip=0.5, aug_rotate=15.0, aug_jitter=0.2)
@@ -118,7 +119,6 @@ def test_non_finite_gradient_with_a_finite_loss_stops_before_the_step(clip):
     """A gradient that turns NaN while the loss stays finite is caught at the optimiser step
     (by the gradient sum, or by the clipping norm when clipping is on), naming every micro-batch
     accumulated into that step, and the step is not taken."""
-    from stages.ingest import default_task
     from stages.train import NonFinite, fit, setup
 
     x, y = toy_data(48)

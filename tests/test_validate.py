@@ -3,11 +3,12 @@ import json
 
 import pytest
 
-from stages.ingest import build_manifest, default_task, manifest_fields
+from stages.ingest import build_manifest, manifest_fields
 from stages.lib import checks
 from stages.lib.io import write_csv
 from stages.lib.params import Validate
 from stages.validate import check_all, quarantine_rows
+from stages.tasks import default_task
 from tests.conftest import run_stage, write_image
 from tests.corrupt import build
 
