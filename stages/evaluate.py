@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from stages.lib.charts import png_bytes
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
 from stages.lib.params import load, params_option
 
@@ -102,15 +103,6 @@ def bad_case_rows(paths, y_true, probs, classes) -> list[dict]:
                      "top3": " ".join(f"{classes[i]}:{p[i]:.4f}" for i in top3)})
     rows.sort(key=lambda r: (-r["confidence"], r["path"]))
     return [{**r, "confidence": f"{r['confidence']:.6f}"} for r in rows]
-
-
-def png_bytes(fig) -> bytes:
-    """PNG without the matplotlib version or a timestamp in it: the same plot, the same bytes."""
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
 
 
 def confusion_png(y_true, y_pred, classes) -> bytes:
