@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from stages.lib import checks as declared
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
 from stages.lib.params import load, params_option
 
@@ -27,11 +28,7 @@ INGEST_ERRORS = {"empty file": "empty", "cannot decode": "undecodable", "too lar
                  "symlink escapes data.source": "symlink", "broken symlink": "symlink",
                  "symlinked folder": "symlink", "empty class folder": "empty_folder",
                  "unlabelled": "unlabelled", "missing": "missing"}
-BLOCKING = ["empty", "undecodable", "format", "too_small", "too_large", "symlink", "unlabelled",
-            "missing", "empty_folder", "label_conflict", "unexpected_class", "error"]
-WARNINGS = ["duplicate", "near_duplicate", "mode", "bit_depth", "transparency", "animated",
-            "extension"]
-DATASET = ["missing_class", "min_per_class", "imbalance"]
+BLOCKING, WARNINGS, DATASET = declared.blocking(), declared.warnings(), declared.dataset()
 EXTENSIONS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".gif": "GIF", ".bmp": "BMP",
               ".tif": "TIFF", ".tiff": "TIFF", ".webp": "WEBP", ".pgm": "PPM", ".ppm": "PPM",
               ".pbm": "PPM"}
