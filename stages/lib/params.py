@@ -145,6 +145,16 @@ def _coerce(key: str, value, ftype, path):
 
 def load(section: str, path=PARAMS_FILE):
     """Return the typed params of one section; unknown sections or keys are errors naming them."""
+    return _typed(_read(path), section, Path(path))
+
+
+def load_all(path=PARAMS_FILE) -> dict:
+    """{section: typed params} for every section, from one read of the file."""
+    raw = _read(path)
+    return {section: _typed(raw, section, Path(path)) for section in SECTIONS}
+
+
+def _read(path) -> dict:
     path = Path(path)
     if not path.exists():
         raise StageError(f"{path} not found: run the stage from the project root.")
@@ -155,6 +165,10 @@ def load(section: str, path=PARAMS_FILE):
             f"{path}: unknown section(s) {', '.join(unknown)}; "
             f"known sections: {', '.join(SECTIONS)}."
         )
+    return raw
+
+
+def _typed(raw: dict, section: str, path: Path):
     cls = SECTIONS[section]
     values = raw.get(section) or {}
     if not isinstance(values, dict):
