@@ -6,7 +6,8 @@ import pytest
 from stages.ingest import FIELDS, build_manifest
 from stages.lib.io import write_csv
 from stages.lib.params import Validate
-from stages.validate import BLOCKING, DATASET, WARNINGS, check_all, quarantine_rows
+from stages.validate import (BLOCKING, DATASET, WARNINGS, check_all, quarantine_rows,
+                             report_html, summarize)
 from tests.conftest import run_stage, write_image
 from tests.corrupt import build
 
@@ -65,6 +66,47 @@ def test_class_checks_expected_minimum_and_imbalance(tmp_path):
     assert set(result["dataset"]["min_per_class"]) == {"small"}
     assert set(result["issues"]["unexpected_class"]) == {"stray/0.png"}
     assert set(result["dataset"]) <= set(DATASET)
+
+
+def test_check_names_and_kinds_are_declared_once(monkeypatch):
+    """validate's lists are stages/lib/checks.py's, one kind per check; a task's own check is
+    listed after the others under its kind."""
+    from stages.lib import checks
+
+    assert (BLOCKING, WARNINGS, DATASET) == (checks.blocking(), checks.warnings(),
+                                             checks.dataset())
+    assert sorted(BLOCKING + WARNINGS + DATASET) == sorted(checks.all_checks())
+    assert all(description for _, description in checks.all_checks().values())
+    monkeypatch.setattr(checks, "CHECKS", dict(checks.CHECKS))
+    checks.register("blurry", checks.WARNING, "too little detail")
+    assert checks.warnings() == WARNINGS + ["blurry"] and checks.blocking() == BLOCKING
+    with pytest.raises(ValueError):
+        checks.register("blurry", checks.WARNING, "twice")
+    with pytest.raises(ValueError):
+        checks.register("odd", "fatal", "no such kind")
+
+
+def test_the_page_names_every_problem_with_the_shared_stylesheet(corrupt):
+    """reports/validation.html: every offender under its check with the check's description,
+    the run report's stylesheet inline, and no class the stylesheet does not style."""
+    import re
+
+    from stages.lib import checks
+    from stages.report.html import stylesheet
+
+    _, bad, _, rows = corrupt
+    result = check_all(rows, Validate())
+    page = report_html(summarize(rows, result), result, "quarantine")
+    assert "<style>\n" + stylesheet() + "</style>" in page
+    assert "<script" not in page and "http" not in page
+    for check, issues in result["issues"].items():
+        assert f'id="check-{check}"' in page
+        assert checks.all_checks()[check][1] in page
+        for path in issues:
+            assert path.replace("&", "&amp;") in page
+    used = {c for attr in re.findall(r'class="([^"]*)"', page) for c in attr.split()}
+    styled = set(re.findall(r"\.([a-zA-Z][\w-]*)", stylesheet()))
+    assert {"badge", "bad", "warn", "lead"} <= used <= styled, used - styled
 
 
 def run_validate(root, rows, on_error):
