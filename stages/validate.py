@@ -8,7 +8,6 @@ shared conversion handles, duplicates kept together, near-duplicate pairs) never
 Outputs: metrics/validation.json (counts per check, for `dvc metrics diff`), the quarantine
 list (header only when empty) and reports/validation.html (self-contained).
 """
-import html
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -202,35 +201,10 @@ def quarantine_rows(result, task) -> list[dict]:
 
 
 def report_html(summary, result, policy, task) -> str:
-    """A self-contained page: no scripts, no external links, only inline CSS."""
-    e = html.escape
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Data validation</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}"
-             ".bad{color:#a00}.warn{color:#a60}</style></head><body>",
-             f"<h1>Data validation</h1><p>{summary['files']} files: {summary['valid']} usable, "
-             f"{summary['invalid']} blocking, {summary['warned']} usable with warnings. "
-             f"Policy <code>validate.on_error: {e(policy)}</code>.</p>",
-             "<h2>Classes</h2><table><tr><th>class</th><th>usable images</th></tr>"]
-    parts += [f"<tr><td>{e(c)}</td><td>{n}</td></tr>" for c, n in summary["per_class"].items()]
-    parts.append("</table>")
-    sections = [("bad", "Blocking: dataset", result["dataset"], checks.dataset(task)),
-                ("bad", "Blocking: files", result["issues"], checks.blocking(task)),
-                ("warn", "Warnings (the files are used)", result["issues"],
-                 checks.warnings(task))]
-    for css, title, issues, names in sections:
-        parts.append(f"<h2 class='{css}'>{title}</h2>")
-        shown = [c for c in names if issues.get(c)]
-        if not shown:
-            parts.append("<p>none</p>")
-        for check in shown:
-            parts.append(f"<h3>{e(check)} ({len(issues[check])})</h3><table>"
-                         "<tr><th>file / class</th><th>reason</th></tr>")
-            parts += [f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>"
-                      for k, v in sorted(issues[check].items())]
-            parts.append("</table>")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
+    """reports/validation.html: a self-contained page (stages/report/validation.py)."""
+    from stages.report.validation import page
+
+    return page(summary, result, policy, checks.all_checks(task))
 
 
 def failure_message(result, total: int, policy: str, task) -> str:

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from stages import report
+from stages.lib.io import StageError
+from stages.report import charts, facts, sections
+from stages.report.html import flatten, stylesheet
 from tests.chromium import find_chromium, load_page
 from tests.conftest import ROOT, TINY_RUN, copy_run, run_stage
 from tools.project import dvc, git
@@ -75,10 +77,10 @@ def test_evaluation_numbers_are_the_runs(run):
     assert headline  # the metrics exist, so the loop below checks something
     for key, value in headline.items():
         assert values[f"eval.{key}"] == value, key
-    for cls, metrics in load(run, "metrics/eval_per_class.json").items():
+    for cls, metrics in load(run, "plots/eval/per_class.json").items():
         for key, value in metrics.items():
             assert values[f"per_class.{cls}.{key}"] == value, (cls, key)
-    with open(run / "plots/confusion.csv", newline="") as f:
+    with open(run / "plots/eval/confusion.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     cells = {k: v for k, v in values.items() if k.startswith("confusion.")}
     assert sum(cells.values()) == len(rows) == headline["samples"]
@@ -88,7 +90,7 @@ def test_evaluation_numbers_are_the_runs(run):
         assert cells[f"confusion.{r['actual']}.{r['predicted']}"] == count
     text = (run / "reports/run.html").read_text()
     assert f"{headline['accuracy']:.4f}" in text
-    with open(run / "plots/bad_cases.csv", newline="") as f:
+    with open(run / "plots/eval/bad_cases.csv", newline="") as f:
         for r in list(csv.DictReader(f))[:5]:
             assert r["path"] in text and r["confidence"] in text
 
@@ -130,7 +132,7 @@ def test_export_and_provenance_are_the_runs(run):
 
     page = page_of(run)
     values = page.values
-    for key, value in report.flatten(load(run, "metrics/export.json")).items():
+    for key, value in flatten(load(run, "metrics/export.json")).items():
         assert values[f"export.{key}"] == value, key
     model = run / "models/model.onnx"
     assert values["onnx.bytes"] == model.stat().st_size
@@ -178,6 +180,57 @@ def test_stage_is_deterministic_and_dvc_agrees(run):
     assert proc.returncode == 0, proc.stderr
     assert (run / "reports/run.html").read_bytes() == first
     assert "report" not in dvc(run, "status").stdout  # the out still matches dvc.lock
+
+
+@pytest.mark.e2e
+def test_every_input_is_read_once_per_render(run, monkeypatch):
+    """A real render, in this process, over the run: every file under the project is opened
+    at most once (the manifest is hashed and counted in one pass, the code hashed once, the
+    params file read once for every section), and the page is the one the stage wrote."""
+    import builtins
+    from collections import Counter
+
+    from stages.report.page import render
+
+    root, opened, real_open = Path(os.path.abspath(run)), Counter(), builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)):
+            path = Path(os.path.abspath(file))
+            if path.is_relative_to(root):
+                opened[path.relative_to(root).as_posix()] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.chdir(run)
+    with monkeypatch.context() as patch:
+        patch.setattr(builtins, "open", counting_open)  # open(...)
+        patch.setattr(io, "open", counting_open)  # Path.read_text, Path.read_bytes
+        page = render(facts.gather("params.yaml", facts.OUT))
+    assert {name: n for name, n in opened.items() if n > 1} == {}
+    curves = {p.relative_to(run).as_posix() for p in (run / facts.CURVES).rglob("*.tsv")}
+    code = {p.relative_to(run).as_posix() for p in (run / "stages").rglob("*.py")}
+    details = {p.relative_to(run).as_posix() for p in (run / facts.EVAL_DIR).iterdir()}
+    inputs = {facts.MANIFEST, facts.QUARANTINE, facts.VALIDATION, facts.SPLIT, facts.TRAIN,
+              facts.EVAL, facts.EXPORT, facts.ONNX, facts.LOCK, Path("params.yaml")}
+    assert curves and code and "plots/eval/bad_cases.png" in details
+    assert set(opened) == {p.as_posix() for p in inputs} | curves | code | details  # once each
+    assert page.encode() == (run / "reports/run.html").read_bytes()
+
+
+@pytest.mark.e2e
+def test_run_and_validation_pages_inline_the_same_stylesheet(run):
+    """One stylesheet (stages/report/style.css) for both pages, inline, and every class the
+    validation page uses is styled by it."""
+    css = stylesheet()
+    assert ".badge" in css and len(css) > 1000
+    for name in ("run.html", "validation.html"):
+        text = (run / "reports" / name).read_text()
+        assert re.findall(r"<style>(.*?)</style>", text, re.S) == ["\n" + css], name
+    validation = (run / "reports/validation.html").read_text()
+    used = {c for attr in re.findall(r'class="([^"]*)"', validation) for c in attr.split()}
+    assert {"badge", "lead", "muted"} <= used
+    styled = set(re.findall(r"\.([a-zA-Z][\w-]*)", css))
+    assert used <= styled, used - styled
 
 
 @pytest.mark.e2e
@@ -237,7 +290,7 @@ def test_experiments_page_marks_the_best_and_leaves_the_dvc_out_alone(run):
     assert git(run, "rev-parse", "HEAD").strip() in text
     assert 'data-experiment="higher-lr"' in text and 'data-experiment="workspace"' in text
     shown = json.loads(dvc(run, "exp", "show", "--json").stdout)
-    rows = report.experiment_rows(shown)
+    rows = sections.experiment_rows(shown)
     exp = next(r for r in rows if r["name"] == "higher-lr")
     assert exp["params"]["train.lr"] == 0.02
     accuracies = {r["name"]: r["metrics"]["metrics/eval.json:accuracy"] for r in rows
@@ -278,14 +331,15 @@ def test_curves_are_read_generically(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         name = Path(rel).name
         path.write_text(f"step\t{name}\n" + "".join(f"{s}\t{v}\n" for s, v in rows))
-    curves = report.read_curves(root)
+    curves = facts.read_curves(root)
     assert curves == {"acc": {"train": [(0.0, 0.5), (1.0, 0.7)], "val": [(0.0, 0.4), (1.0, 0.6)]},
                       "epoch_seconds": {"epoch_seconds": [(0.0, 3.0), (1.0, 2.5)]}}
-    png = report.curve_png("acc", curves["acc"])
-    assert png.startswith(b"\x89PNG") and png == report.curve_png("acc", curves["acc"])
+    png = charts.curve_png("acc", curves["acc"])
+    assert png.startswith(b"\x89PNG") and png == charts.curve_png("acc", curves["acc"])
+    assert b"matplotlib" not in png and b"tIME" not in png  # no version, no date
     (root / "bad.tsv").write_text("epoch\tx\n1\t2\n")
-    with pytest.raises(report.StageError, match="bad.tsv"):
-        report.read_curves(root)
+    with pytest.raises(StageError, match="bad.tsv"):
+        facts.read_curves(root)
 
 
 def chromium_or_skip() -> str:

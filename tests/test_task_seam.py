@@ -3,7 +3,6 @@ defined in tests/ runs the whole pipeline without a change to any stage module."
 import json
 import re
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -7,8 +7,8 @@ from stages.ingest import build_manifest, manifest_fields
 from stages.lib import checks
 from stages.lib.io import write_csv
 from stages.lib.params import Validate
-from stages.validate import check_all, quarantine_rows
 from stages.tasks import default_task
+from stages.validate import check_all, quarantine_rows, report_html, summarize
 from tests.conftest import run_stage, write_image
 from tests.corrupt import build
 
@@ -71,6 +71,40 @@ def test_class_checks_expected_minimum_and_imbalance(tmp_path):
     assert set(result["dataset"]["min_per_class"]) == {"small"}
     assert set(result["issues"]["unexpected_class"]) == {"stray/0.png"}
     assert set(result["dataset"]) <= set(checks.dataset(TASK))
+
+
+def test_check_names_and_kinds_are_declared_once():
+    """Every check has one kind and a description, from stages/lib/checks.py (shared) or the
+    task's `checks`; metrics/validation.json counts exactly those checks."""
+    every = checks.all_checks(TASK)
+    assert all(kind in ("blocking", "warning", "dataset") and description
+               for kind, description in every.values())
+    assert set(every) == set(checks.SHARED) | set(TASK.checks) | {checks.OTHER}
+    kinds = checks.blocking(TASK) + checks.warnings(TASK) + checks.dataset(TASK)
+    assert sorted(kinds) == sorted(every)  # each check under exactly one kind
+    assert set(TASK.annotation_errors) <= set(checks.blocking(TASK))
+
+
+def test_the_page_names_every_problem_with_the_shared_stylesheet(corrupt):
+    """reports/validation.html: every offender under its check with the check's description,
+    the run report's stylesheet inline, and no class the stylesheet does not style."""
+    import re
+
+    from stages.report.html import stylesheet
+
+    _, bad, _, rows = corrupt
+    result = check_all(rows, Validate(), TASK)
+    page = report_html(summarize(rows, result, TASK), result, "quarantine", TASK)
+    assert "<style>\n" + stylesheet() + "</style>" in page
+    assert "<script" not in page and "http" not in page
+    for check, issues in result["issues"].items():
+        assert f'id="check-{check}"' in page
+        assert checks.all_checks(TASK)[check][1] in page
+        for path in issues:
+            assert path.replace("&", "&amp;") in page
+    used = {c for attr in re.findall(r'class="([^"]*)"', page) for c in attr.split()}
+    styled = set(re.findall(r"\.([a-zA-Z][\w-]*)", stylesheet()))
+    assert {"badge", "bad", "warn", "lead"} <= used <= styled, used - styled
 
 
 def run_validate(root, rows, on_error):

@@ -226,7 +226,12 @@ def read(path=PARAMS_FILE) -> dict:
 
 def task_name(path=PARAMS_FILE) -> str:
     """The `task` key: a task under stages/tasks/ (classification when absent)."""
-    name = read(path).get("task", DEFAULT_TASK)
+    return task_of(read(path), path)
+
+
+def task_of(raw: dict, path) -> str:
+    """The `task` key of a params file already read."""
+    name = raw.get("task", DEFAULT_TASK)
     if not isinstance(name, str) or not name.isidentifier():
         raise StageError(f"{path}: `task` must be a task name such as {DEFAULT_TASK}, "
                          f"got {name!r}.")
@@ -258,16 +263,28 @@ def parse(cls, section: str, values, path):
     return obj
 
 
-def load(section: str, path=PARAMS_FILE):
-    """Return the typed params of one section; unknown sections or keys are errors naming them."""
-    raw = read(path)
+def load_all(path=PARAMS_FILE) -> dict:
+    """{section: typed params} of every section, from one read of the file; unknown sections
+    or keys are errors naming them."""
+    return parse_all(read(path), path)
+
+
+def parse_all(raw: dict, path) -> dict:
+    """load_all of a params file already read."""
     unknown = sorted(set(raw) - set(SECTIONS) - {"task"})
     if unknown:
         raise StageError(
             f"{path}: unknown section(s) {', '.join(unknown)}; known sections: task, "
             f"{', '.join(SECTIONS)}."
         )
-    return parse(SECTIONS[section], section, raw.get(section), path)
+    return {section: parse(cls, section, raw.get(section), path)
+            for section, cls in SECTIONS.items()}
+
+
+def load(section: str, path=PARAMS_FILE):
+    """Return the typed params of one section (every section is checked: a typo anywhere in
+    the file stops every stage, not only the one that reads it)."""
+    return load_all(path)[section]
 
 
 def params_option(func):

@@ -1,0 +1,47 @@
+"""`python -m stages.report`: write the run report (see the package's docstring)."""
+from pathlib import Path
+
+import click
+
+from stages.lib.io import StageError, write_bytes
+from stages.lib.params import params_option
+from stages.report.facts import EXPERIMENTS_OUT, OUT
+
+
+@click.command()
+@params_option
+@click.option("--experiments", "with_experiments", is_flag=True,
+              help="Also show the git commit and the table of `dvc exp show --json` (best value "
+                   "per headline metric marked). The page then changes with every commit and "
+                   "experiment, so it goes to reports/experiments.html (not tracked), never to "
+                   "the DVC out reports/run.html.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the page. Default: reports/run.html, or "
+                   "reports/experiments.html with --experiments.")
+def main(params_path, with_experiments, out_path):
+    """Write the run report: one self-contained HTML page (no network needed to view it).
+
+    Reads the run's outs (data/manifest.csv, data/quarantine.csv, metrics/*.json,
+    plots/train/plots/metrics/**.tsv, plots/eval/ (the task's evaluation files),
+    models/model.onnx), every section of the params file and requirements.lock.
+    """
+    from stages.report.facts import dvc_exp_show, gather
+    from stages.report.page import render
+
+    out = Path(out_path) if out_path else (EXPERIMENTS_OUT if with_experiments else OUT)
+    if with_experiments and out.resolve() == OUT.resolve():
+        raise StageError(f"--experiments cannot write {OUT}: it is a DVC out and must not change "
+                         "when experiments or commits are added. Use --out "
+                         f"{EXPERIMENTS_OUT} (the default).")
+    git = shown = None
+    if with_experiments:
+        from stages.lib.provenance import git_state
+
+        git, shown = git_state(), dvc_exp_show()
+    page = render(gather(params_path, out, git=git, experiments=shown))
+    write_bytes(out, page.encode("utf-8"))
+    click.echo(f"report: {out} ({len(page) / 1024:,.0f} KiB)")
+
+
+if __name__ == "__main__":
+    main()

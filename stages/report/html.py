@@ -1,0 +1,99 @@
+"""Markup helpers and the one stylesheet of the pipeline's HTML pages.
+
+`style.css` (package data, beside this file) is inlined into every page: the run report and
+validate's reports/validation.html, so each stays one self-contained file. Only the standard
+library is imported here; validate imports this module too.
+"""
+import base64
+import html
+import json
+from importlib import resources
+
+# A metric whose name contains one of these is better when lower.
+LOWER_IS_BETTER = ("loss", "ece", "error", "diff")
+
+
+def stylesheet() -> str:
+    """The text of style.css, read from the installed package."""
+    return resources.files("stages.report").joinpath("style.css").read_text(encoding="utf-8")
+
+
+def esc(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def fmt(value) -> str:
+    """Numbers as people read them: 4 decimals, scientific notation when tiny or huge."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if isinstance(value, bool) else "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value == 0 or 1e-3 <= abs(value) < 1e5:
+            return f"{value:.4f}"
+        return f"{value:.2e}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def num(key: str, value, cls: str = "") -> str:
+    """A table cell holding a number, with its exact value in data-* for machines (tests)."""
+    exact = json.dumps(value)
+    klass = f' class="{cls}"' if cls else ""
+    return f'<td{klass} data-key="{esc(key)}" data-value="{esc(exact)}">{esc(fmt(value))}</td>'
+
+
+def card(label: str, key: str, value, note: str = "") -> str:
+    return (f'<div class="card"><div class="label">{esc(label)}</div>'
+            f'<div class="value" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">'
+            f'{esc(fmt(value))}</div><div class="note">{esc(note)}</div></div>')
+
+
+def table(head: list[str], rows: list[str], cls: str = "") -> str:
+    klass = f' class="{cls}"' if cls else ""
+    ths = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return f"<table{klass}><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def png_uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+def class_key(name: str):
+    """Natural order: 2 before 10 when class names are numbers."""
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def lower_is_better(name: str) -> bool:
+    return any(word in name for word in LOWER_IS_BETTER)
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
+    out = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def document(title: str, header: str, body: str, footer: str = "") -> str:
+    """A whole self-contained page: the stylesheet inline, no script, no external URL.
+
+    header is the HTML inside <header> after its <h1>; body goes between it and the footer."""
+    foot = f"<footer>{footer}</footer>\n" if footer else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)}</title>
+<style>
+{stylesheet()}</style></head>
+<body>
+<header><h1>{esc(title)}</h1>
+{header}</header>
+{body}{foot}</body></html>
+"""

@@ -1,0 +1,51 @@
+"""The whole run report: the header, the generic sections, the task's sections, the footer."""
+from stages.report import sections
+from stages.report.facts import Facts
+from stages.report.html import document, esc, fmt
+
+
+def task_sections(facts: Facts) -> list[tuple[str, str, str]]:
+    """(id, title, html) of the task's own sections: for classification, the evaluation."""
+    from stages.tasks import get
+
+    return get(facts.task).report_sections(facts)
+
+
+def task_headline(facts: Facts) -> list[tuple[str, object]]:
+    """(label, value) of the task's headline numbers in the page header."""
+    from stages.tasks import get
+
+    return get(facts.task).headline(facts)
+
+
+def all_sections(facts: Facts) -> list[tuple[str, str, str]]:
+    """Generic sections before, then the task's, then generic after."""
+    return ([(key, title, make(facts)) for key, title, make in sections.BEFORE]
+            + task_sections(facts)
+            + [(key, title, make(facts)) for key, title, make in sections.AFTER])
+
+
+def render(facts: Facts) -> str:
+    """The page. facts.git and facts.experiments are given only for the (untracked) human page."""
+    parts = all_sections(facts)
+    images = sum(sum(v.values()) for v in facts.split.values())
+    tops = [*task_headline(facts), ("test images", facts.eval.get("samples")),
+            ("images", images), ("ONNX max |diff|", facts.export.get("max_abs_diff"))]
+    head = "".join(f"<div>{esc(label)}<b>{esc(fmt(v))}</b></div>" for label, v in tops
+                   if v is not None)
+    nav = "".join(f'<a href="#{key}">{esc(title)}</a>' for key, title, _ in parts)
+    body = "".join(f'<section id="{key}"><h2>{esc(title)}</h2>{html}</section>\n'
+                   for key, title, html in parts)
+    meta = facts.onnx["metadata"]
+    what = (f"\n{len(meta['classes'])} classes" if "classes" in meta
+            else f" task {esc(facts.task)}")
+    title = "Run report" if facts.experiments is None else "Run report with experiments"
+    size = esc(meta.get("image_size", "?"))
+    header = f"""<div class="sub">{size}px images,{what} &middot; data \
+<code>{facts.manifest_sha256[:12]}</code> &middot; params
+<code>{facts.params_sha256[:12]}</code> &middot; code <code>{facts.code_sha256[:12]}</code>
+</div>
+<div class="headline">{head}</div>"""
+    footer = ("Written by <code>python -m stages.report</code> from the run's own outputs; "
+              "no network\nneeded to view it.")
+    return document(title, header, f"<nav>{nav}</nav>\n<main>\n{body}</main>\n", footer)
