@@ -61,14 +61,16 @@ def test_read_image_names_each_kind_of_bad_file(tmp_path):
 
 
 def test_decode_is_sorted_softmax_top_k_starting_with_argmax():
-    model = Model("onnxruntime", "m.onnx", classes=["a", "b", "c"], image_size=8, channels=1,
-                  mean=[0.5], std=[0.5], sha256="0" * 64)
+    model = Model("onnxruntime", "m.onnx", meta={"classes": ["a", "b", "c"]}, image_size=8,
+                  channels=1, mean=[0.5], std=[0.5], sha256="0" * 64)
     logits = np.array([[0.0, 3.0, 1.0], [2.0, 2.0, -1.0]], dtype=np.float32)
-    out = decode(model, logits, 2)
+    out = [pred["topk"] for pred in decode(model, logits, 2)]
     assert [[t["label"] for t in row] for row in out] == [["b", "c"], ["a", "b"]]
     assert out[0][0]["score"] == pytest.approx(np.exp(3) / (1 + np.exp(3) + np.exp(1)), abs=1e-6)
     assert out[1][0]["score"] == out[1][1]["score"]  # a tie goes to the lower class index
-    assert [len(row) for row in decode(model, logits, 10)] == [3, 3]  # k capped at the classes
+    assert [(p["label"], p["score"]) for p in decode(model, logits, 2)] == [
+        (row[0]["label"], row[0]["score"]) for row in out]  # the best of the top k
+    assert [len(p["topk"]) for p in decode(model, logits, 10)] == [3, 3]  # k capped
     assert logits[0, 1] == 3.0  # the model's output is not modified
 
 
@@ -214,7 +216,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
     args = ["@list.txt", *model_args(trained_project), "--batch-size", "4", "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "tools.predict", *args], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT),
-                                 "PREDICT_BATCH_DELAY_S": "0.05"},
+                                 "PIPELINE_TEST_PREDICT_DELAY_S": "0.05"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -254,7 +256,7 @@ def test_onnxruntime_path_never_imports_torch(trained_project):
         f"model = load('onnxruntime', {str(trained_project / 'models/model.onnx')!r})\n"
         f"image = read_image({str(trained_project / 'data/sample/3/0003.pgm')!r}, "
         "model.image_size, model.channels)\n"
-        "print(predict_batch(model, [image], 2)[0][0]['label'])\n"
+        "print(predict_batch(model, [image], 2)[0]['label'])\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

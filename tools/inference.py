@@ -18,7 +18,7 @@ from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
 TORCH_MODEL = Path("models/model.pt")
-META_KEYS = ("classes", "image_size", "channels", "mean", "std")
+META_KEYS = ("image_size", "channels", "mean", "std")  # the task adds its own (classes...)
 
 
 class BadImage(ValueError):
@@ -68,11 +68,11 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
 
 @dataclass
 class Model:
-    """A loaded model: `run(uint8 NxHxWxC) -> float32 logits` plus what is needed to feed it."""
+    """A loaded model: `run(uint8 NxHxWxC) -> float32 outputs` plus what is needed to feed it
+    and to decode its outputs (its task, and the task's meta such as `classes`)."""
 
     backend: str
     path: str
-    classes: list
     image_size: int
     channels: int
     mean: list
@@ -80,6 +80,18 @@ class Model:
     sha256: str
     runner: object = field(repr=False, default=None)
     info: dict = field(default_factory=dict)
+    task: object = field(repr=False, default=None)  # a stages.tasks.base.Task
+    meta: dict = field(default_factory=dict)  # the task's keys of the model's metadata
+
+    def __post_init__(self):
+        if self.task is None:
+            from stages.tasks import default_task
+
+            self.task = default_task()
+
+    @property
+    def classes(self) -> list:
+        return self.meta.get("classes", [])
 
     @property
     def version(self) -> str:
@@ -108,27 +120,35 @@ def load_onnx(path, threads: int = 0) -> Model:
         session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise StageError(f"{path}: onnxruntime cannot load it: {exc}") from None
+    from stages.lib.params import DEFAULT_TASK
+    from stages.tasks import get
+
     props = session.get_modelmeta().custom_metadata_map
-    missing = [k for k in META_KEYS if k not in props]
+    task = get(json.loads(props.get("task", json.dumps(DEFAULT_TASK))))
+    missing = [k for k in (*task.meta_keys, *META_KEYS) if k not in props]
     if missing:
         raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
                          f"`python -m stages.export`.")
     meta = {k: json.loads(props[k]) for k in META_KEYS}
+    task_meta = {k: json.loads(props[k]) for k in task.meta_keys}
+    output = session.get_outputs()[0].name
     model_meta = session.get_modelmeta()
     info = {"producer": model_meta.producer_name, "graph": model_meta.graph_name,
             "onnxruntime": ort.__version__}
 
     def run(x):
-        return session.run(["logits"], {"input": x})[0]
+        return session.run([output], {"input": x})[0]
 
     return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,
-                 **meta)
+                 task=task, meta=task_meta, **meta)
 
 
 def load_torch(path, threads: int = 0) -> Model:
     import torch
 
     from stages.lib.models import load_model
+    from stages.lib.params import DEFAULT_TASK
+    from stages.tasks import get
 
     path = Path(path)
     if threads:
@@ -139,8 +159,10 @@ def load_torch(path, threads: int = 0) -> Model:
         with torch.no_grad():
             return model(torch.from_numpy(x)).numpy()
 
+    task = get(meta.get("task", DEFAULT_TASK))
     return Model("torch", path.name, sha256=sha256_file(path), runner=run,
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
+                 task=task, meta={k: meta[k] for k in task.meta_keys},
                  **{k: meta[k] for k in META_KEYS})
 
 
@@ -153,25 +175,16 @@ def load(backend: str, path=None, threads: int = 0) -> Model:
     raise StageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def decode(model: Model, logits: np.ndarray, k: int) -> list[list[dict]]:
-    """The prediction rows of a batch of model outputs: per image, the k most probable of
-    model.classes, best first, as [{"label", "score"}, ...] with score the softmax probability.
-
-    The one place logits become predictions (predict's rows, serve's answers). Ties go to the
-    lower class index, like argmax, so the first entry is argmax(logits).
-    """
-    z = logits.astype(np.float64)
-    z -= z.max(axis=1, keepdims=True)
-    probs = np.exp(z)
-    probs /= probs.sum(axis=1, keepdims=True)
-    k = max(1, min(k, probs.shape[1]))
-    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
-    return [[{"label": str(model.classes[j]), "score": round(float(p[j]), 6)} for j in row]
-            for p, row in zip(probs, order, strict=True)]
+def decode(model: Model, outputs: np.ndarray, k: int) -> list[dict]:
+    """The predictions of a batch of model outputs, one dict per image: the model's task
+    decodes them (classification: label, score = its softmax probability, and the k most
+    probable classes as topk, best first). The one place outputs become predictions
+    (predict's rows, serve's answers)."""
+    return model.task.decode(outputs, model.meta, k)
 
 
-def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[list[dict]]:
-    """Top-k of each uint8 HxWxC image, in order."""
+def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
+    """The prediction of each uint8 HxWxC image, in order."""
     if not images:
         return []
     return decode(model, model.logits(np.stack(images)), k)
@@ -180,7 +193,8 @@ def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[list[d
 def describe(model: Model, metrics_path=None) -> dict:
     """What GET /model returns: classes, input, provenance, eval metrics when present."""
     out = {"backend": model.backend, "file": model.path, "version": model.version,
-           "sha256": model.sha256, "classes": [str(c) for c in model.classes],
+           "sha256": model.sha256, "task": model.task.name,
+           "classes": [str(c) for c in model.classes],
            "input": {"image_size": model.image_size, "channels": model.channels,
                      "mean": model.mean, "std": model.std},
            "provenance": model.info, "metrics": None}

@@ -6,8 +6,8 @@ already in the output is kept). Each batch's rows are flushed and fsynced before
 batch starts, so a run killed at any moment loses at most the batch in flight; re-running the
 same command skips every path already in --out and repairs a torn last line first.
 
-Test hook: the environment variable PREDICT_BATCH_DELAY_S=<seconds> sleeps after every written
-batch, so a test can SIGKILL a slow run at an arbitrary moment.
+Test hook (stages/lib/hooks.py): PREDICT_DELAY_S sleeps after every written batch, so a test can
+SIGKILL a slow run at an arbitrary moment.
 """
 import glob
 import json
@@ -18,10 +18,17 @@ from pathlib import Path
 
 import click
 
+from stages.lib import hooks
 from stages.lib.io import StageError
 from tools.options import model_options
 
-FIELDS = ["path", "label", "score", "topk", "error"]
+
+
+def output_fields(model) -> list[str]:
+    """The columns of the output: path, the task's prediction fields, error (classification:
+    path, label, score, topk, error)."""
+    return ["path", *model.task.prediction_fields, "error"]
+
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_SOME_FAILED = 0, 1, 2, 3
 
 
@@ -106,16 +113,17 @@ def repair_torn_tail(path: Path) -> int:
     return size - keep
 
 
-def read_rows(path: Path, fmt: str):
+def read_rows(path: Path, fmt: str, fields: list[str]):
     """Rows of an existing output file (after repair_torn_tail)."""
     import csv
 
     with open(path, encoding="utf-8", newline="") as f:
         if fmt == "csv":
             reader = csv.DictReader(f)
-            if reader.fieldnames and reader.fieldnames != FIELDS:
-                raise StageError(f"{path}: not a predict CSV (header {reader.fieldnames}, "
-                                 f"expected {FIELDS}); choose another --out.")
+            if reader.fieldnames and reader.fieldnames != fields:
+                raise StageError(f"{path}: not a predict CSV of this model (header "
+                                 f"{reader.fieldnames}, expected {fields}); choose another "
+                                 f"--out.")
             yield from reader
             return
         for lineno, line in enumerate(f, 1):
@@ -129,20 +137,25 @@ def read_rows(path: Path, fmt: str):
             yield row
 
 
-def format_row(row: dict, fmt: str) -> str:
+def format_row(row: dict, fmt: str, fields: list[str]) -> str:
+    """One output line. In CSV, None is empty and lists or dicts are JSON; a row read back from
+    a CSV (all strings) is written back unchanged."""
     if fmt == "jsonl":
-        return json.dumps({k: row[k] for k in FIELDS}, ensure_ascii=False) + "\n"
+        return json.dumps({k: row[k] for k in fields}, ensure_ascii=False) + "\n"
     import csv
     import io
 
+    def cell(value):
+        if value is None:
+            return ""
+        return json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else value
+
     buf = io.StringIO()
-    flat = {**row, "score": "" if row["score"] is None else row["score"],
-            "topk": json.dumps(row["topk"], ensure_ascii=False)}
-    csv.DictWriter(buf, FIELDS, lineterminator="\n").writerow(flat)
+    csv.DictWriter(buf, fields, lineterminator="\n").writerow({k: cell(row[k]) for k in fields})
     return buf.getvalue()
 
 
-def drop_failed_rows(path: Path, fmt: str) -> list[str]:
+def drop_failed_rows(path: Path, fmt: str, fields: list[str]) -> list[str]:
     """Rewrite the output atomically without its error rows; return their paths, in order."""
     import tempfile
 
@@ -151,14 +164,12 @@ def drop_failed_rows(path: Path, fmt: str) -> list[str]:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             if fmt == "csv":
-                f.write(",".join(FIELDS) + "\n")
-            for row in read_rows(path, fmt):
+                f.write(",".join(fields) + "\n")
+            for row in read_rows(path, fmt, fields):
                 if row["error"]:
                     failed.append(row["path"])
                     continue
-                if fmt == "csv":
-                    row = {**row, "score": float(row["score"]), "topk": json.loads(row["topk"])}
-                f.write(format_row(row, fmt))
+                f.write(format_row(row, fmt, fields))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -168,12 +179,12 @@ def drop_failed_rows(path: Path, fmt: str) -> list[str]:
     return failed
 
 
-def open_output(out: Path, fmt: str):
+def open_output(out: Path, fmt: str, fields: list[str]):
     """Append handle on --out; a new CSV file gets its header (durably) first."""
     out.parent.mkdir(parents=True, exist_ok=True)
     f = open(out, "a", encoding="utf-8", newline="")
     if fmt == "csv" and f.tell() == 0:
-        f.write(",".join(FIELDS) + "\n")
+        f.write(",".join(fields) + "\n")
         f.flush()
         os.fsync(f.fileno())
     return f
@@ -189,16 +200,14 @@ def predict_rows(model, batch, top_k: int) -> list[dict]:
     rows = []
     for path, img, error in batch:
         if img is None:
-            rows.append({"path": path, "label": "", "score": None, "topk": [], "error": error})
+            rows.append({"path": path, **model.task.empty_prediction(), "error": error})
         else:
-            topk = next(preds)
-            rows.append({"path": path, "label": topk[0]["label"], "score": topk[0]["score"],
-                         "topk": topk, "error": ""})
+            rows.append({"path": path, **next(preds), "error": ""})
     return rows
 
 
-def write_batch(f, rows, fmt) -> None:
-    f.write("".join(format_row(r, fmt) for r in rows))
+def write_batch(f, rows, fmt, fields) -> None:
+    f.write("".join(format_row(r, fmt, fields) for r in rows))
     f.flush()
     os.fsync(f.fileno())
 
@@ -223,8 +232,8 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     SOURCE is an image file, a folder (all files below it, recursively, sorted; hidden ones
     skipped), a glob pattern ('photos/**/*.jpg', quoted) or @list.txt (one path per line).
 
-    Each row has path, label, score (softmax probability of label), topk (a list of
-    {label, score}) and error. A file that cannot be read or decoded, or whose header declares
+    Each row has path, the task's prediction fields and error; for classification label,
+    score (softmax probability of label) and topk (a list of {label, score}). A file that cannot be read or decoded, or whose header declares
     more than --max-pixels pixels (it is not decoded), gets a row with its error, and the run
     goes on.
 
@@ -244,14 +253,15 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     check_sources(sources)
     fmt = output_format(out, fmt)
     model = load(backend, model_path, threads)
+    fields = output_fields(model)
 
     done, failed_before, retry = set(), set(), []
     if out.exists():
         if repair_torn_tail(out):
             click.echo(f"predict: repaired a torn last line in {out}", err=True)
         if retry_failed:
-            retry = drop_failed_rows(out, fmt)
-        for row in read_rows(out, fmt):
+            retry = drop_failed_rows(out, fmt, fields)
+        for row in read_rows(out, fmt, fields):
             (failed_before if row["error"] else done).add(row["path"])
     elif not sources:
         raise click.UsageError(f"--retry-failed without SOURCE needs an existing --out ({out}).")
@@ -260,12 +270,12 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
         return iter_inputs(sources) if sources else iter(retry)
 
     total = sum(1 for _ in inputs()) if sys.stderr.isatty() else None  # for the ETA only
-    delay = float(os.environ.get("PREDICT_BATCH_DELAY_S", "0") or 0)
+    delay = float(hooks.value("PREDICT_DELAY_S") or 0)
 
     counts = {"ok": 0, "failed": 0, "skipped": 0, "skipped_failed": 0}
     start = time.perf_counter()
     batch = []
-    with open_output(out, fmt) as f, tqdm(inputs(), total=total, unit="img", disable=None,
+    with open_output(out, fmt, fields) as f, tqdm(inputs(), total=total, unit="img", disable=None,
                                           desc="predict", dynamic_ncols=True) as bar:
         def flush():
             try:
@@ -274,7 +284,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                 raise StageError(f"{model.path}: inference failed on the batch starting at "
                                  f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
                                  f"so far are kept; re-run to continue.") from exc
-            write_batch(f, rows, fmt)
+            write_batch(f, rows, fmt, fields)
             for row in rows:
                 counts["failed" if row["error"] else "ok"] += 1
             batch.clear()

@@ -99,7 +99,7 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     import numpy as np
     from fastapi import FastAPI, File, HTTPException, Request, UploadFile
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel
+    from pydantic import BaseModel, create_model
 
     from tools.inference import BadImage, describe, read_image
 
@@ -107,15 +107,12 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     model_info = describe(model, metrics_path)
     state = {"ready": False}
 
-    class TopK(BaseModel):
-        label: str
-        score: float
-
-    class Prediction(BaseModel):
-        filename: str
-        label: str
-        score: float
-        topk: list[TopK]
+    # One image's answer: its filename and the task's prediction fields (classification:
+    # label, score, topk), typed for the OpenAPI schema.
+    types = {"string": str, "number": float, "integer": int, "boolean": bool, "array": list,
+             "object": dict}
+    Prediction = create_model("Prediction", filename=(str, ...), **{
+        name: (types[kind], ...) for name, kind in model.task.prediction_fields.items()})
 
     class PredictResponse(BaseModel):
         model_version: str
@@ -202,9 +199,8 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
             log.error("model failed: %s", exc)
             raise HTTPException(503, detail=f"the model failed: {exc}") from None
         return {"model_version": model.version, "predictions": [
-            {"filename": upload.filename or "", "label": topk[0]["label"],
-             "score": topk[0]["score"], "topk": topk}
-            for upload, topk in zip(files, results, strict=True)]}
+            {"filename": upload.filename or "", **prediction}
+            for upload, prediction in zip(files, results, strict=True)]}
 
     return app
 
@@ -231,7 +227,7 @@ def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, t
     """Serve the model over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
-    label, score, top-k and the model version; GET /health (liveness), GET /ready (model
+    the task's prediction (classification: label, score, top-k) and the model version; GET /health (liveness), GET /ready (model
     loaded: 200, else 503), GET /model (classes, input size, provenance, eval metrics),
     GET /docs (OpenAPI UI) and /openapi.json.
 

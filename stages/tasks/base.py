@@ -140,9 +140,17 @@ class Task:
 
     # ---- predict and serve
 
+    # {field: JSON type} of one prediction: predict's columns after `path`, serve's answer
+    prediction_fields: dict = {}
+
     def decode(self, outputs, meta: dict, k: int) -> list:
-        """One prediction dict per item of a batch of outputs (numpy)."""
+        """One prediction dict (prediction_fields) per item of a batch of outputs (numpy);
+        k: how many alternatives to list where the task has them (classification's top-k)."""
         raise NotImplementedError
+
+    def empty_prediction(self) -> dict:
+        """The prediction fields of a row whose input failed (its error says why)."""
+        return dict.fromkeys(self.prediction_fields)
 
     # ---- report
 

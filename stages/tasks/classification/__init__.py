@@ -77,6 +77,11 @@ class Classification(Task):
     def describe(self, outputs_row):
         return f"top-1 {int(outputs_row.argmax())}"
 
+    prediction_fields = {"label": "string", "score": "number", "topk": "array"}
+
+    def empty_prediction(self):
+        return {"label": "", "score": None, "topk": []}
+
     def decode(self, outputs, meta, k):
         from stages.tasks.classification.outputs import decode
 

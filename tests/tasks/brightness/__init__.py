@@ -52,6 +52,8 @@ class Brightness(Task):
         files = {"predictions.csv": csv_bytes(rows, ["path", "target", "predicted"])}
         return metrics, files, f"test MAE {metrics['mae']:.4f} on {len(targets)} images"
 
+    prediction_fields = {"brightness": "number"}
+
     def decode(self, outputs, meta, k):
         return [{"brightness": round(float(v), 6)} for v in outputs[:, 0]]
 
