@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, read_csv, write_bytes, write_json
+from stages.lib.onnx_clean import strip_source_paths
 from stages.lib.params import load, params_option
 
 MODEL = Path("models/model.pt")
@@ -86,6 +87,7 @@ def onnx_bytes(model, meta, extra_metadata: dict | None = None) -> bytes:
                           output_names=["logits"], external_data=False, verbose=False,
                           dynamic_shapes=({0: torch.export.Dim("batch")},))
         proto = onnx.load(str(path))
+    strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
     metadata = {**{k: meta[k] for k in PREPROCESSING_KEYS}, **(extra_metadata or {})}
     for key in sorted(metadata):
         proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
