@@ -139,7 +139,7 @@ def test_export_is_the_same_from_another_venv_and_project_path(tmp_path):
     assert str(project / "stages/export.py").encode() in there["raw-model.onnx"]
     # As the stage writes them: the same bytes, no path of either side, nothing lost.
     x = np.random.default_rng(0).normal(size=(5, 1, 8, 8)).astype(np.float32)
-    assert here["model.onnx"] == there["model.onnx"]
+    assert here["model.onnx"] == there["model.onnx"], "model.onnx depends on the paths"
     proto, raw = (onnx.load_from_string(here[k]) for k in ("model.onnx", "raw-model.onnx"))
     onnx.checker.check_model(proto, full_check=True)
     keys = {p.key for node in proto.graph.node for p in node.metadata_props}
@@ -148,7 +148,7 @@ def test_export_is_the_same_from_another_venv_and_project_path(tmp_path):
     assert [(p.key, p.value) for p in proto.metadata_props] == [
         (p.key, p.value) for p in raw.metadata_props]
     assert np.array_equal(ort_logits(here["model.onnx"], x), ort_logits(here["raw-model.onnx"], x))
-    assert here["torchscript.pt"] == there["torchscript.pt"]
+    assert here["torchscript.pt"] == there["torchscript.pt"], "TorchScript depends on the paths"
     with torch.no_grad():
         got = torch.jit.load(io.BytesIO(here["torchscript.pt"]))(torch.from_numpy(x))
         want = torch.jit.load(io.BytesIO(here["raw-torchscript.pt"]))(torch.from_numpy(x))
