@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, read_csv, write_bytes, write_json
+from stages.lib.onnx_clean import strip_source_paths, strip_torchscript_debug
 from stages.lib.params import load, params_option, task_name
 
 MODEL = Path("models/model.pt")
@@ -34,7 +35,7 @@ MANIFEST = Path("data/manifest.csv")
 # The code that decides the exported bytes: all of it is a dep of the stage in dvc.yaml, so
 # the hash in the metadata is the hash `dvc repro` would reproduce.
 CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/images.py",
-              "stages/lib/models.py", "stages/lib/provenance.py")
+              "stages/lib/models.py", "stages/lib/onnx_clean.py", "stages/lib/provenance.py")
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
@@ -91,6 +92,7 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
                           verbose=False,
                           dynamic_shapes=({0: torch.export.Dim("batch")},))
         proto = onnx.load(str(path))
+    strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
     keys = (*task.meta_keys, *PREPROCESSING_KEYS)
     metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
     for key in sorted(metadata):
@@ -127,7 +129,7 @@ def torchscript_bytes(model, meta, task) -> bytes:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.jit.save(torch.jit.trace(model.eval(), example), buf, _extra_files=extra)
-    return buf.getvalue()
+    return strip_torchscript_debug(buf.getvalue())  # no absolute paths either
 
 
 def torchscript_logits(blob: bytes, x, batch_size: int):

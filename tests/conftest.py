@@ -59,6 +59,23 @@ def run_tool(name, *args, cwd=None):
 TINY_RUN = {"sample.per_class": 20, "train.epochs": 1}
 
 
+def venv_elsewhere(link) -> Path:
+    """The `python` of this test run's virtualenv reached through a symlink at `link`: a
+    second venv path at no cost (a real second venv is 6 GB). Python derives sys.prefix, and
+    so site-packages and every module's __file__, from the path it is started by, not from the
+    resolved one; checked here, so a Python that resolves it fails instead of proving nothing."""
+    import subprocess
+
+    link = Path(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(sys.prefix, target_is_directory=True)
+    python = link / Path(sys.executable).relative_to(sys.prefix)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], check=True, capture_output=True, text=True).stdout
+    assert Path(purelib.strip()).is_relative_to(link), (purelib, link)
+    return python
+
+
 @pytest.fixture(scope="session")
 def trained_project(tmp_path_factory):
     """A project copy on which `dvc repro` ran once with TINY_RUN (20 images per class, 1

@@ -233,9 +233,9 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     skipped), a glob pattern ('photos/**/*.jpg', quoted) or @list.txt (one path per line).
 
     Each row has path, the task's prediction fields and error; for classification label,
-    score (softmax probability of label) and topk (a list of {label, score}). A file that cannot be read or decoded, or whose header declares
-    more than --max-pixels pixels (it is not decoded), gets a row with its error, and the run
-    goes on.
+    score (softmax probability of label) and topk (a list of {label, score}). A file that
+    cannot be read or decoded, or whose header declares more than --max-pixels pixels (it is
+    not decoded), gets a row with its error, and the run goes on.
 
     The run is restartable: re-run the same command after a crash or Ctrl-C and it skips
     every path already in --out, so each input ends with exactly one row.

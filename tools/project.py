@@ -51,11 +51,13 @@ def set_params(root, overrides: dict) -> None:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def dvc(cwd, *args, check: bool = True) -> subprocess.CompletedProcess:
-    """Run DVC with this interpreter's environment first on PATH, so stages find `python`."""
-    bindir = str(Path(sys.executable).parent)
+def dvc(cwd, *args, check: bool = True, python=None) -> subprocess.CompletedProcess:
+    """Run DVC with this interpreter's environment (or that of `python`, a path to another
+    environment's interpreter) first on PATH, so stages find `python`."""
+    python = str(python or sys.executable)
+    bindir = str(Path(python).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, env=env,
+    proc = subprocess.run([python, "-m", "dvc", *args], cwd=cwd, env=env,
                           capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise RuntimeError(f"dvc {' '.join(args)} failed ({proc.returncode}):\n"

@@ -227,9 +227,9 @@ def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, t
     """Serve the model over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
-    the task's prediction (classification: label, score, top-k) and the model version; GET /health (liveness), GET /ready (model
-    loaded: 200, else 503), GET /model (classes, input size, provenance, eval metrics),
-    GET /docs (OpenAPI UI) and /openapi.json.
+    the task's prediction (classification: label, score, top-k) and the model version;
+    GET /health (liveness), GET /ready (model loaded: 200, else 503), GET /model (task,
+    classes, input size, provenance, eval metrics), GET /docs (OpenAPI UI), /openapi.json.
 
     A request is answered as a whole: one file that is not an image (415), is corrupt or
     declares more than --max-pixels pixels in its header (422, not decoded) fails the request,
