@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from stages.lib.onnx_clean import strip_source_paths
-from tools.project import copy_project, dvc, git, lock_hashes
 from tests.conftest import ROOT, TINY_RUN, venv_elsewhere
+from tools.project import copy_project, dvc, git, lock_hashes
 
 ALL_STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
               "report"]
@@ -34,22 +34,24 @@ from pathlib import Path
 import torch
 
 import stages.export as export
-from stages.lib.models import build_model
-from stages.lib.onnx_clean import strip_torchscript_debug
+from stages.lib.hooks import env_name
+from stages.tasks import default_task
+from stages.tasks.classification.model import build_model
 
 out = Path(sys.argv[1])
+task = default_task()
 meta = {"classes": [str(i) for i in range(10)], "image_size": 8, "channels": 1, "mean": [0.5],
         "std": [0.25]}
 torch.manual_seed(0)
 model = build_model("small_cnn", 10, 1).eval()
-os.environ[export.MEAN_SHIFT_ENV] = "0.5"
+os.environ[env_name("EXPORT_MEAN_SHIFT")] = "0.5"
 hooked = export.with_test_hook(model)
-(out / "model.onnx").write_bytes(export.onnx_bytes(hooked, meta))
-traced = export.torchscript_bytes(model, meta)
-(out / "raw-torchscript.pt").write_bytes(traced)
-(out / "torchscript.pt").write_bytes(strip_torchscript_debug(traced))
-export.strip_source_paths = lambda proto: None
-(out / "raw-model.onnx").write_bytes(export.onnx_bytes(hooked, meta))
+(out / "model.onnx").write_bytes(export.onnx_bytes(hooked, meta, task))
+(out / "torchscript.pt").write_bytes(export.torchscript_bytes(model, meta, task))
+export.strip_source_paths = lambda proto: None  # as torch writes them
+export.strip_torchscript_debug = lambda blob: blob
+(out / "raw-model.onnx").write_bytes(export.onnx_bytes(hooked, meta, task))
+(out / "raw-torchscript.pt").write_bytes(export.torchscript_bytes(model, meta, task))
 print(json.dumps({"torch": torch.__file__, "stages": export.__file__}))
 """
 
