@@ -25,9 +25,11 @@ print("HEAVY:" + ",".join(heavy))
 
 def test_every_command_module_is_listed():
     """A new stage or tool must be added above, so its --help is checked too."""
-    found = sorted(f"{pkg}.{path.stem}" for pkg in ("stages", "tools")
-                   for path in (ROOT / pkg).glob("*.py") if path.stem != "__init__"
-                   and "def main(" in path.read_text())
+    modules = [(f"{pkg}.{path.stem}", path) for pkg in ("stages", "tools")
+               for path in (ROOT / pkg).glob("*.py") if path.stem != "__init__"]
+    packages = [(f"{pkg}.{path.parent.name}", path) for pkg in ("stages", "tools")
+                for path in (ROOT / pkg).glob("*/__main__.py")]  # python -m stages.report
+    found = sorted(name for name, path in modules + packages if "def main(" in path.read_text())
     assert found == sorted(MODULES)
 
 
