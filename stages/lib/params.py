@@ -217,7 +217,8 @@ def read(path=PARAMS_FILE) -> dict:
     """The raw params file as a dict; a missing file is an error saying where to run."""
     path = Path(path)
     if not path.exists():
-        raise StageError(f"{path} not found: run the stage from the project root.")
+        raise StageError(f"{path} not found: run the stage from the project root (where "
+                         f"params.yaml and dvc.yaml are), as `dvc repro` does.")
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise StageError(f"{path}: expected a mapping of sections.")
