@@ -37,13 +37,15 @@ def walk(rng, n: int, step: float, keep: int = 6, turn: float = 0.3) -> list[np.
     return out
 
 
-def build(root, classes: int = 8, per_class: int = 300, step: float = 0.06, seed: int = 0):
-    """<root>/c<k>/<i>.png for every class; returns {class: [relative paths in walk order]}."""
-    rng = np.random.default_rng(seed)
+def build(root, classes: int = 8, per_class: int = 300, step: float = 0.4, seed: int = 0):
+    """<root>/c<k>/<i>.png for every class; returns {class: [relative paths in walk order]}.
+    Each class has its own generator, so a larger per_class only adds files (the first ones
+    keep their bytes): the same dataset, grown."""
     root = Path(root)
     made = {}
     for k in range(classes):
         made[f"c{k}"] = []
+        rng = np.random.default_rng([seed, k])
         for i, pixels in enumerate(walk(rng, per_class, step)):
             rel = f"c{k}/{i:04d}.png"
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
