@@ -2,11 +2,17 @@
 
 By hash (default): a file's split is a pure function of (content hash, split.seed), so adding
 images never moves an existing one and the test set stays fixed as data grows. Files that must
-not straddle splits (identical content, near-duplicates by perceptual hash, a shared `group`
-value from labels.csv) form a group, and the whole group takes the split of its smallest member
-hash; an old file moves only when new data joins its group, and the log says so.
+not straddle splits (identical content, a shared `group` value from labels.csv, near-duplicates
+clustered around representatives: stages.lib.groups) form a group, and the whole group takes the
+split of its smallest member hash; an old file moves only when new data joins its chain of
+lookalikes, and the log says so. Each class's realised share of each split is checked against
+its target within a binomial tolerance (split.balance_z); beyond it the class, its shares and the
+largest groups responsible are named (split.on_imbalance: warn | fail).
 By time: groups are ordered by their latest `timestamp` and cut chronologically, train before
 val before test, so no future data leaks into training.
+By given: the dataset's own split (the manifest's `split` column); val, when the data has none,
+is carved from train by the hash rule (split.val of train); exact and near duplicates across the
+given splits are counted in metrics/split.json and warned about.
 Quarantined and broken files never reach a split. Files are listed, never moved.
 """
 import hashlib
