@@ -294,3 +294,31 @@ def test_given_split_from_labels_csv_and_files_without_one_are_named(tmp_path):
     assert listed[3]["path"] in str(err.value) and listed[5]["path"] in str(err.value)
     hashed, _ = plan(rows, 42, 0.15, 0.15, "hash", 4)  # only split.by given needs them
     assert len(hashed) == len(rows)
+
+
+def test_split_stage_keeps_a_given_split_and_reports_its_leakage(tmp_path):
+    import json
+
+    import yaml
+
+    from stages.ingest import build_manifest, manifest_fields
+    from stages.lib.io import read_csv, write_csv
+    from stages.tasks import default_task
+    from tests.conftest import run_stage
+
+    given_tree(tmp_path / "raw", with_val=True)
+    rows = build_manifest(tmp_path / "raw", 2)
+    root = tmp_path / "project"
+    write_csv(root / "data/manifest.csv", rows, manifest_fields(default_task()))
+    write_csv(root / "data/quarantine.csv", [], ["path", "reason"])
+    (root / "params.yaml").write_text(yaml.safe_dump({"split": {"by": "given"}}))
+    proc = run_stage("split", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("train", "val", "test"):
+        listed = {r["path"] for r in read_csv(root / f"data/split/{name}.csv")}
+        assert listed == {r["path"] for r in rows if r["path"].startswith(f"{name}/")}
+    metrics = json.loads((root / "metrics/split.json").read_text())
+    assert metrics["leakage"]["train-test"]["exact"] == 1
+    assert metrics["leakage"]["train-test"]["near"] >= 1
+    assert metrics["balance"]["checked"] is False
+    assert "warning: train-test leakage in the given split: 1 contents in both" in proc.stdout
