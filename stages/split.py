@@ -174,8 +174,9 @@ def balance_lines(found) -> list[str]:
 
 
 def leakage(rows, where, distance, examples=5) -> dict:
-    """Exact and near duplicates across given splits: {"train-test": {"exact", "near",
-    "examples"}, ...} (exact: contents in both; near: phash pairs of different contents)."""
+    """Exact and near duplicates across splits: {"train-test": {"exact", "near", "examples"},
+    ...} (exact: contents in both; near: phash pairs of different contents). By hash or time
+    exact copies never straddle; near pairs may, between two representatives' groups."""
     from collections import defaultdict
 
     from stages.lib.groups import near_duplicate_pairs
@@ -251,13 +252,15 @@ def main(params_path):
     off = balance(rows, where, keys, task, p.val, p.test, p.balance_z) if p.by == "hash" else []
     metrics["balance"] = {"checked": p.by == "hash", "z": p.balance_z, "slack": SLACK,
                           "off_target": len(off), "findings": off}
-    if p.by == "given":
-        metrics["leakage"] = leakage(rows, where, distance)
-        for key, o in metrics["leakage"].items():
-            if o["exact"] or o["near"]:
-                click.echo(f"split: warning: {key} leakage in the given split: {o['exact']} "
-                           f"contents in both, {o['near']} near-duplicate pairs; e.g. "
-                           + "; ".join(o["examples"][:3]))
+    metrics["leakage"] = leakage(rows, where, distance)
+    for key, o in metrics["leakage"].items():
+        if p.by == "given" and (o["exact"] or o["near"]):
+            click.echo(f"split: warning: {key} leakage in the given split: {o['exact']} "
+                       f"contents in both, {o['near']} near-duplicate pairs; e.g. "
+                       + "; ".join(o["examples"][:3]))
+        elif o["near"]:  # lookalikes of two different groups (no chaining): counted, shown
+            click.echo(f"split: {key}: {o['near']} near-duplicate pairs of different groups "
+                       f"(each file is grouped with its nearest representative only)")
     write_json(METRICS, metrics)
     click.echo("split: " + ", ".join(f"{n} {len(splits[n])}" for n in SPLITS)
                + (f" ({len(quarantined)} quarantined files left out)" if quarantined else ""))

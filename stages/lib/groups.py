@@ -184,8 +184,9 @@ def near_duplicate_pairs(rows, distance: int) -> list[tuple[str, str, int]]:
 def near_clusters(rows, distance: int) -> dict[str, str]:
     """{sha256: its representative's sha256} for the distinct contents with a usable hash.
 
-    Contents are visited in sha256 order; each joins the first representative (in that order)
-    within `distance` bits of it, or else becomes a representative itself. A member is within
+    Contents are visited in sha256 order; each joins the nearest representative (the first in
+    that order on ties) within `distance` bits of it, or else becomes a representative itself
+    (so a re-encode stays with its original when that is a representative). A member is within
     `distance` of its representative, so a group's diameter is at most 2 x distance and a chain
     of lookalikes never grows one group. The result depends only on the set of contents, not on
     paths or listing order."""
@@ -199,14 +200,14 @@ def near_clusters(rows, distance: int) -> dict[str, str]:
     if distance < 0 or not shas:
         return {s: s for s in shas}
     h = np.array([int(content[s], 16) for s in shas], dtype=np.uint64)
-    i, j, _ = hash_pairs(h, distance)  # i < j: i comes first in sha order
+    i, j, d = hash_pairs(h, distance)  # i < j: i comes first in sha order
     earlier = [[] for _ in shas]
-    for a, b in zip(i.tolist(), j.tolist(), strict=True):
-        earlier[b].append(a)
+    for a, b, bits in zip(i.tolist(), j.tolist(), d.tolist(), strict=True):
+        earlier[b].append((bits, a))
     rep = list(range(len(shas)))
     for b, before in enumerate(earlier):
-        for a in sorted(before):
-            if rep[a] == a:  # the first representative within distance
+        for _, a in sorted(before):
+            if rep[a] == a:  # the nearest representative within distance (the first on ties)
                 rep[b] = a
                 break
     return {s: shas[rep[x]] for x, s in enumerate(shas)}
