@@ -166,7 +166,7 @@ def test_growth_moves_only_files_whose_lookalike_chain_got_new_data(tmp_path):
     touched = {chains[r["path"]] for r in new_rows if r["path"] not in before}
     moved = [p for p in before if before[p] != after[p]]
     assert all(chains[p] in touched for p in moved)
-    assert len(moved) <= 0.02 * len(before)  # measured: 18 of 2,400
+    assert len(moved) <= 0.02 * len(before)  # measured: 19 of 2,400
 
 
 def imbalanced_project(root, on_imbalance):
