@@ -38,8 +38,9 @@ GENERIC_ERRORS = ("empty", "undecodable", "too_large", "symlink")  # the kinds i
 
 
 def manifest_fields(task) -> list[str]:
-    """The manifest's columns: path, the task's annotation columns, the facts, group, timestamp."""
-    return ["path", *task.annotation_fields, *FACTS, "group", "timestamp"]
+    """The manifest's columns: path, the task's annotation columns, the facts, group, timestamp,
+    split (the dataset's own split, when it has one: split.by given)."""
+    return ["path", *task.annotation_fields, *FACTS, "group", "timestamp", "split"]
 
 
 def list_files(root: Path) -> list[str]:

@@ -137,7 +137,7 @@ def reason(check: str, row: dict, p, extra: dict, task) -> str:
             q for q in extra["paths_of"][row["sha256"]] if q != row["path"])
             + " (kept in one split)",
         "near_duplicate": "near-duplicate of " + ", ".join(extra["near"].get(row["path"], []))
-                          + " (kept in one split)",
+                          + " (grouped with its nearest representative)",
         "mode": f"mode {row['mode']}: converted to grey/RGB by the shared preprocessing",
         "bit_depth": f"{row['bits']}-bit pixels: scaled to 8 bits by the shared preprocessing",
         "transparency": "transparency: composited onto black by the shared preprocessing",

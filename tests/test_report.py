@@ -99,7 +99,7 @@ def test_evaluation_numbers_are_the_runs(run):
 def test_data_and_training_numbers_are_the_runs(run):
     values = page_of(run).values
     split = load(run, "metrics/split.json")
-    for name, counts in split.items():
+    for name, counts in ((s, split[s]) for s in ("train", "val", "test")):
         for cls, n in counts.items():
             assert values[f"split.{name}.{cls}"] == n
         assert values[f"split.{name}.total"] == sum(counts.values())

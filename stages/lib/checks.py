@@ -13,8 +13,8 @@ SHARED = {
     "symlink": (BLOCKING, "a symlink escaping the source, broken, or a symlinked folder"),
     "label_conflict": (BLOCKING, "the same bytes annotated differently: every copy"),
     "duplicate": (WARNING, "the same bytes, the same annotation: kept in one split"),
-    "near_duplicate": (WARNING, "perceptual hashes within validate.near_dup_distance bits: kept "
-                                "in one split"),
+    "near_duplicate": (WARNING, "perceptual hashes within validate.near_dup_distance bits: "
+                                "grouped with the nearest representative, in its split"),
     "mode": (WARNING, "CMYK, palette, 16-bit...: converted by the shared preprocessing"),
     "bit_depth": (WARNING, "more than 8 bits per sample: scaled to 8 bits"),
     "transparency": (WARNING, "an alpha channel: composited onto black"),

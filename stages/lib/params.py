@@ -63,10 +63,13 @@ class Validate:
 
 @dataclass(frozen=True)
 class Split:
-    by: str = knob("hash", choices=("hash", "time"))  # hash: stable as data grows | time
+    # hash: stable as data grows | time: chronological | given: the dataset's own split
+    by: str = knob("hash", choices=("hash", "time", "given"))
     seed: int = 42
-    val: float = knob(0.15, above=0.0, below=1.0)
-    test: float = knob(0.15, above=0.0, below=1.0)
+    val: float = knob(0.15, above=0.0, below=1.0)  # given: share of train carved out when no val
+    test: float = knob(0.15, above=0.0, below=1.0)  # given: unused
+    balance_z: float = knob(4.0, at_least=0.0)  # per-class share tolerance, in binomial sds
+    on_imbalance: str = knob("warn", choices=("warn", "fail"))  # a class's share off target
 
     def problems(self) -> list[str]:
         if self.val + self.test >= 1:

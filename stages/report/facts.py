@@ -78,6 +78,7 @@ def gather(params_path, out: Path, git: dict | None = None,
     task = get(task_of(raw_params, params_path))
     onnx = onnx_facts()
     headline, export, split = read_json(EVAL), read_json(EXPORT), read_json(SPLIT)
+    split = {k: v for k, v in split.items() if k in ("train", "val", "test")}  # counts
     manifest_sha, manifest_rows = manifest_facts()
     code_total, code_files = code_hashes()
     params_rows, params_sha = params_facts(raw_params, params_path)

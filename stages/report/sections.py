@@ -126,7 +126,7 @@ def data(facts: Facts) -> str:
         card("warned", "validation.warned", validation.get("warned", 0), "used, with a warning"),
         card("quarantined", "quarantine.rows", facts.quarantined, QUARANTINE.as_posix()),
         card("near-duplicate pairs", "validation.near_duplicate_pairs",
-             validation.get("near_duplicate_pairs", 0), "kept in one split"),
+             validation.get("near_duplicate_pairs", 0), "grouped around representatives"),
     ])
     verdict = (f'<span class="badge ok">all {len(found)} checks passed</span>' if not flagged
                else f'<span class="badge warn">{flagged} of {len(found)} checks flagged '

@@ -21,8 +21,9 @@ BLOCKING, WARNING, DATASET = "blocking", "warning", "dataset"
 class Annotations:
     """What a task read from the dataset's annotations, for ingest.
 
-    values: {path: {field: value}} for the task's `annotation_fields` plus `group` and
-      `timestamp`, for every inventoried entry and every entry of `extra`.
+    values: {path: {field: value}} for the task's `annotation_fields` plus `group`,
+      `timestamp` and `split` (the dataset's own train/val/test, "" when it has none), for
+      every inventoried entry and every entry of `extra`.
     errors: {path: (error_kind, message)}: an annotation problem of that entry (unlabelled, a
       bad label file, an empty class folder...). It shows in the manifest when decoding the file
       found nothing wrong; every error_kind must be one of the task's blocking checks.
@@ -58,7 +59,7 @@ class Task:
 
     def read_annotations(self, source: Path, listing: list) -> Annotations:
         """Annotations for walk()'s listing [(path, kind, key)] (kind: file, empty, dirlink)."""
-        return Annotations(values={rel: {"group": "", "timestamp": ""}
+        return Annotations(values={rel: {"group": "", "timestamp": "", "split": ""}
                                    for rel, kind, _ in listing if kind == "file"})
 
     # ---- validate

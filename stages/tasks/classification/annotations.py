@@ -1,8 +1,11 @@
 """Where classification labels come from: the class folder, or <source>/labels.csv.
 
 ImageFolder: `<source>/<class>/<image>`; a file outside a class folder is unlabelled, an empty
-class folder is an error of its own. labels.csv: `path,label` plus optional `group` and
-`timestamp`; a file it does not list is unlabelled, a row without a file is missing.
+class folder is an error of its own. With the dataset's own split, `<source>/<split>/<class>/
+<image>` (every top-level folder is train, val or test, and train is there): the split goes to
+the manifest's `split` column (used by split.by: given). labels.csv: `path,label` plus optional
+`group`, `timestamp` and `split`; a file it does not list is unlabelled, a row without a file is
+missing.
 """
 from pathlib import Path
 
@@ -10,34 +13,44 @@ from stages.lib.io import StageError, read_csv
 from stages.tasks.base import Annotations
 
 LABELS = "labels.csv"
+SPLITS = ("train", "val", "test")
+COLUMNS = ("label", "group", "timestamp", "split")
 EMPTY_FOLDER = "empty class folder: it holds no files; remove it or add images"
 
 
 def read_labels(root: Path) -> dict[str, dict] | None:
-    """{path: {label, group, timestamp}} from <root>/labels.csv, or None when there is none."""
+    """{path: {label, group, timestamp, split}} from <root>/labels.csv, or None when there is
+    none."""
     path = root / LABELS
     if not path.is_file():
         return None
     rows = read_csv(path)
     if not rows or not {"path", "label"} <= set(rows[0]):
         raise StageError(f"{path}: needs a header with `path,label` (and optionally `group`, "
-                         f"`timestamp`) and one row per image.")
+                         f"`timestamp`, `split`) and one row per image.")
     seen = {}
     for r in rows:
         if r["path"] in seen:
             raise StageError(f"{path}: `{r['path']}` is listed twice; keep one row per file.")
-        seen[r["path"]] = {k: (r.get(k) or "").strip() for k in ("label", "group", "timestamp")}
+        seen[r["path"]] = {k: (r.get(k) or "").strip() for k in COLUMNS}
     return seen
 
 
 def read_annotations(source: Path, listing: list) -> Annotations:
     labels = read_labels(source)
     out = Annotations(skip={LABELS} if labels is not None else set())
-    blank = {"label": "", "group": "", "timestamp": ""}
+    blank = dict.fromkeys(COLUMNS, "")
+    tops = {rel.partition("/")[0] for rel, _, _ in listing if rel not in out.skip}
+    given = labels is None and "train" in tops and tops <= set(SPLITS)
     for rel, kind, _ in listing:
         if rel in out.skip:
             continue
-        if labels is None:  # the class folder
+        if given:  # <source>/<split>/<class>/<image>
+            split, _, rest = rel.rstrip("/").partition("/")
+            top, sep, _ = rest.partition("/")
+            values = {**blank, "label": top if sep or (kind == "empty" and top) else "",
+                      "split": split}
+        elif labels is None:  # the class folder
             top, sep, _ = rel.rstrip("/").partition("/")
             values = {**blank, "label": top if sep or kind == "empty" else ""}
         else:
@@ -47,7 +60,8 @@ def read_annotations(source: Path, listing: list) -> Annotations:
             out.errors[rel] = ("empty_folder", EMPTY_FOLDER)
         elif not values["label"]:
             out.errors[rel] = ("unlabelled", "unlabelled: not inside a class folder; move it to "
-                                             "<source>/<class>/" if labels is None
+                                             + ("<source>/<split>/<class>/" if given
+                                                else "<source>/<class>/") if labels is None
                                else f"unlabelled: no label in {LABELS}")
     listed = {rel for rel, _, _ in listing}
     for rel in sorted(set(labels or ()) - listed):
