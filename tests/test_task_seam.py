@@ -88,7 +88,8 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     # Only the new task package and params.yaml differ from the project: no stage changed.
     changed = git(root, "status", "--porcelain").split("\n")
-    assert sorted(line[3:] for line in changed if line) == ["params.yaml", "stages/tasks/brightness/"]
+    assert sorted(line[3:] for line in changed if line) == ["params.yaml",
+                                                            "stages/tasks/brightness/"]
 
     proc = dvc(root, "repro")
     assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
