@@ -5,7 +5,9 @@ that serves the exported model does not need PyTorch. Preprocessing is `stages.l
 (the same `load_image` + `normalize` that prepare/evaluate/export use), behind a header check
 that refuses decompression bombs before any pixel is decoded.
 """
+import errno
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +26,37 @@ META_KEYS = ("image_size", "channels", "mean", "std")  # the task adds its own (
 class BadImage(ValueError):
     """An input that cannot become model input.
 
-    `kind`: "not_image", "corrupt", "too_large" or "unreadable" (missing file, no permission).
+    `kind`: "not_image", "corrupt", "too_large", "unreadable" (missing file, no permission, a
+    symlink loop, a socket) or "not_regular" (a FIFO, a device: never read).
     """
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+def open_regular(path):
+    """A binary file object on path, which must be a regular file; BadImage ("unreadable" or
+    "not_regular") otherwise. Opened non-blocking and checked with fstat before a byte is
+    read, so a FIFO, socket or device is never read from (a FIFO would block forever)."""
+    import io
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        why = {errno.ENXIO: "a socket (not read)", errno.ELOOP: "a symlink loop"}.get(
+            exc.errno, f"{type(exc).__name__}: {exc.strerror}")
+        raise BadImage("unreadable", f"cannot open: {why}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a folder" if
+                stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a regular file")
+        raise BadImage("not_regular", f"{kind}: not read")
+    os.set_blocking(fd, True)
+    return io.BufferedReader(io.FileIO(fd, "rb"))
 
 
 def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS) -> np.ndarray:
@@ -42,6 +69,9 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
 
     from stages.lib.images import load_image
 
+    if isinstance(src, (str, os.PathLike)):
+        with open_regular(src) as f:
+            return read_image(f, image_size, channels, max_pixels)
     try:
         with Image.open(src) as img:
             width, height = img.size
