@@ -180,3 +180,100 @@ def test_unwritable_or_full_out_is_one_line_exit_1(onnx_model, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert sorted(r["path"] for r in rows_of(tmp_path / "p.jsonl")) == [
         f"in/{i:02d}.png" for i in range(40)]
+
+
+# --- 2, 3. ingest: FIFOs, sockets, devices, loops, unreadable entries are blocking rows ----
+
+def test_ingest_gives_special_and_unreadable_entries_blocking_rows(tmp_path):
+    import csv
+
+    from stages.lib import checks
+    from stages.tasks import default_task
+
+    src = tmp_path / "imgs"
+    write_image(src / "cat/a.png", size=(20, 20))
+    write_image(src / "dog/b.png", size=(20, 20))
+    make_special(src / "cat")
+    (src / "cat/loop.png").symlink_to("loop.png")
+    (src / "cat/x.png").symlink_to("y.png")
+    (src / "cat/y.png").symlink_to("x.png")
+    expected = {"cat/pipe.png": "not_regular", "cat/sock.png": "not_regular",
+                "cat/loop.png": "symlink", "cat/x.png": "symlink", "cat/y.png": "symlink",
+                "cat/locked.png": "unreadable", "dog/closed": "unreadable"}
+    try:
+        os.mknod(src / "dog/null.png", 0o600 | 0o020000, os.makedev(1, 3))  # a char device
+        expected["dog/null.png"] = "not_regular"
+    except (PermissionError, OSError):
+        pass
+    locked = write_image(src / "cat/locked.png", size=(20, 20))
+    closed = src / "dog/closed"
+    write_image(closed / "c.png", size=(20, 20))
+    (tmp_path / "params.yaml").write_text("data:\n  source: imgs\ningest:\n  workers: 1\n")
+    locked.chmod(0)
+    closed.chmod(0)
+    try:
+        prefix = NO_DAC if os.geteuid() == 0 and can_drop_dac() else []
+        proc = subprocess.run([*prefix, sys.executable, "-m", "stages.ingest"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        locked.chmod(0o644)
+        closed.chmod(0o755)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "data/manifest.csv", newline="") as f:
+        rows = {r["path"]: r for r in csv.DictReader(f)}
+    assert {p: r["error_kind"] for p, r in rows.items() if r["error_kind"]} == expected
+    assert rows["cat/a.png"]["error"] == "" and rows["dog/b.png"]["error"] == ""
+    blocking = checks.blocking(default_task())
+    assert {"not_regular", "unreadable", "symlink"} <= set(blocking)
+    assert {"not_regular", "unreadable"} <= set(checks.INGEST_ERRORS)
+
+
+# --- 6. the ingest cache: ctime and inode in the key, racy files, verify_cache ------------
+
+def test_ingest_cache_sees_same_size_same_mtime_replacement(tmp_path):
+    import marshal
+
+    from stages.ingest import inventory
+    from tests.test_ingest import backdate, make_tree
+
+    root = tmp_path / "src"
+    make_tree(root)
+    cache = tmp_path / "cache.marshal"
+    inventory(root, 1, 0, cache)
+    target = root / "cat/a.png"
+    st = target.stat()
+    target.write_bytes(os.urandom(st.st_size))  # other bytes, the same size...
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # ...and the mtime put back
+    rows, stats = inventory(root, 1, 0, cache)
+    assert stats["inspected"] == 1
+    assert rows == inventory(root, 1, 0, None)[0]
+    assert {r["path"]: r for r in rows}["cat/a.png"]["error_kind"] == "undecodable"
+
+    # racy: a file modified in the second its run started is hashed again next time
+    write_image(root / "dog/new.png", seed=7)
+    assert inventory(root, 1, 0, cache)[1]["inspected"] == 1
+    assert inventory(root, 1, 0, cache)[1]["inspected"] == 1  # still racy
+    backdate(root / "dog")
+    inventory(root, 1, 0, cache)
+    assert inventory(root, 1, 0, cache)[1]["inspected"] == 0
+
+    # verify_cache: a stale sha256 the key cannot see fails loudly and drops the cache
+    from stages.ingest import FACTS
+    from stages.lib.io import StageError
+
+    data = marshal.loads(cache.read_bytes())
+    facts = list(data["facts"]["dog/c.png"])
+    facts[FACTS.index("sha256")] = "0" * 64
+    data["facts"]["dog/c.png"] = facts
+    cache.write_bytes(marshal.dumps(data))
+    assert inventory(root, 1, 0, cache, verify="none")[1]["verified"] == 0
+    cache.write_bytes(marshal.dumps(data))
+    for mode in ("sample", "all"):
+        with pytest.raises(StageError, match="dog/c.png: its bytes changed"):
+            inventory(root, 1, 0, cache, verify=mode)
+        assert not cache.exists()
+        cache.write_bytes(marshal.dumps(data))
+    cache.unlink()
+    inventory(root, 1, 0, cache)
+    assert inventory(root, 1, 0, cache, verify="all")[1]["verified"] == 6  # every file

@@ -102,7 +102,7 @@ def _walk_real(top: str, seen: dict, links: list):
         return
     folders = []
     for e in entries:
-        path = os.path.join(top, e.name)
+        path = e.name if top == os.curdir else os.path.join(top, e.name)  # normalised
         try:
             if e.is_dir():  # follows a symlink
                 if e.is_symlink():
