@@ -6,7 +6,6 @@ mode-000 file or folder is unreadable even to root (as it is to any other user).
 """
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -277,3 +276,171 @@ def test_ingest_cache_sees_same_size_same_mtime_replacement(tmp_path):
     cache.unlink()
     inventory(root, 1, 0, cache)
     assert inventory(root, 1, 0, cache, verify="all")[1]["verified"] == 6  # every file
+
+
+# --- serve: a real server on a free loopback port ----------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model, tmp_path, *args):
+    import time
+
+    import httpx
+
+    port = free_port()
+    log = open(tmp_path / f"serve-{port}.log", "w")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "tools.serve", "--model", str(model),
+                             "--port", str(port), "--log-level", "warning", *args],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, (tmp_path / f"serve-{port}.log").read_text()
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return proc, url, port, tmp_path / f"serve-{port}.log"
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def stop(proc):
+    proc.terminate()
+    proc.wait(20)
+
+
+# 7. every interface only on purpose
+
+@pytest.mark.parametrize("host", ["", "0", "::", "0.0.0.0", "192.0.2.1"])
+def test_a_host_that_is_not_loopback_is_refused_without_expose(host, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tools.serve", "--host", host, "--model",
+                           str(tmp_path / "none.onnx")], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr
+    assert "--expose" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_expose_binds_every_interface_with_a_warning_naming_them(onnx_model, tmp_path):
+    import httpx
+
+    proc, url, port, log = start_server(onnx_model, tmp_path, "--host", "0.0.0.0", "--expose")
+    try:
+        assert httpx.get(f"{url}/health").status_code == 200
+        text = log.read_text()
+        names = [name for _, name in socket.if_nameindex()]
+        assert "every interface" in text and all(name in text for name in names), text
+    finally:
+        stop(proc)
+    proc, url, port, log = start_server(onnx_model, tmp_path, "--host", "127.0.0.1")
+    stop(proc)
+    assert "warning" not in log.read_text()
+
+
+# 8. timeouts, connection limit, offline docs
+
+def raw(port, data: bytes, wait: float) -> tuple[bytes, float]:
+    """Send data on a new connection and read until the server closes it (or wait passes):
+    (what came back, seconds until the close)."""
+    import time
+
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(wait)
+        s.sendall(data)
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+        except TimeoutError:
+            return got, float("inf")
+    return got, time.monotonic() - start
+
+
+def test_stalled_headers_bodies_and_idle_connections_are_cut_off(onnx_model, tmp_path):
+    proc, url, port, log = start_server(onnx_model, tmp_path, "--header-timeout", "1",
+                                        "--body-timeout", "1", "--keep-alive-timeout", "1")
+    try:
+        got, seconds = raw(port, b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Le", 10)
+        assert got.startswith(b"HTTP/1.1 408") and seconds < 5, (got, seconds)
+        got, seconds = raw(port, b"", 10)  # connects and sends nothing
+        assert got.startswith(b"HTTP/1.1 408") and seconds < 5, (got, seconds)
+        body = b"--b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a.png\"\r\n"
+        head = (b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
+                b"boundary=b\r\nContent-Length: 5000\r\n\r\n")
+        got, seconds = raw(port, head + body, 10)  # under-sends its Content-Length
+        assert got.startswith(b"HTTP/1.1 408") and seconds < 5, (got, seconds)
+        got, seconds = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 10)  # keep-alive
+        assert got.startswith(b"HTTP/1.1 200") and seconds < 5, (got, seconds)
+    finally:
+        stop(proc)
+    assert "Traceback" not in log.read_text()
+
+
+def test_limit_concurrency_answers_503_beyond_it(onnx_model, tmp_path):
+    import httpx
+
+    proc, url, port, log = start_server(onnx_model, tmp_path, "--limit-concurrency", "2",
+                                        "--header-timeout", "30")
+    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    try:
+        for s in stalled:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never end
+        import time
+
+        time.sleep(0.5)
+        assert httpx.get(f"{url}/health").status_code == 503
+        for s in stalled:
+            s.close()
+        time.sleep(0.5)
+        assert httpx.get(f"{url}/health").status_code == 200
+    finally:
+        stop(proc)
+
+
+def test_serve_defaults_are_the_documented_ones():
+    from click.testing import CliRunner
+
+    from tools.serve import main
+
+    text = CliRunner().invoke(main, ["--help"], terminal_width=200).output
+    for option, default in (("--header-timeout", "10.0"), ("--body-timeout", "30.0"),
+                            ("--keep-alive-timeout", "5"), ("--limit-concurrency", "64"),
+                            ("--max-decode-mb", "256")):
+        assert f"{option}" in text and f"default: {default}" in text.split(option, 1)[1][:400]
+
+
+def test_docs_work_offline(onnx_model, tmp_path):
+    import re
+
+    import httpx
+
+    proc, url, port, log = start_server(onnx_model, tmp_path)
+    try:
+        page = httpx.get(f"{url}/docs").text
+        assets = re.findall(r"""(?:src|href)=['"]([^'"]+)['"]""", page)
+        assert assets and all(a.startswith("/") for a in assets), assets  # no CDN
+        for asset in assets:
+            r = httpx.get(url + asset)
+            assert r.status_code == 200 and len(r.content) > 100, asset
+    finally:
+        stop(proc)
+
+
+# 4. memory: bytes, not only pixels
+
+def test_sixteen_worst_case_requests_stay_under_1_gb_and_health_stays_fast(onnx_model):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from serve_memory import HEALTH_TARGET_MS, RSS_TARGET_MB, run
+
+    result = run(onnx_model, 16)
+    assert result["peak_rss_mb"] < RSS_TARGET_MB, result
+    assert result["health_max_ms"] < HEALTH_TARGET_MS, result
+    codes = dict(result["codes"])
+    assert codes["big.png"] == 200 and codes["tall.tiff"] == 422, result  # served / refused
