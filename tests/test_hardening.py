@@ -444,3 +444,34 @@ def test_sixteen_worst_case_requests_stay_under_1_gb_and_health_stays_fast(onnx_
     assert result["health_max_ms"] < HEALTH_TARGET_MS, result
     codes = dict(result["codes"])
     assert codes["big.png"] == 200 and codes["tall.tiff"] == 422, result  # served / refused
+
+
+# --- 9. prepare and train on a full disk: one line naming the path, exit 1 ---------------
+
+def stage_with_limit(name, cwd, nbytes):
+    return subprocess.run([sys.executable, "-m", f"stages.{name}"], cwd=cwd, text=True,
+                          capture_output=True, timeout=600, preexec_fn=limit_file_size(nbytes),
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_prepare_and_train_on_a_full_disk_end_with_one_line(tmp_path):
+    from tests.fake_model_project import make_fake_project
+
+    root = make_fake_project(tmp_path / "project")
+    test_csv = (root / "data/split/test.csv").read_text()
+    for split in ("train", "val"):
+        (root / f"data/split/{split}.csv").write_text(test_csv)
+    (root / "params.yaml").write_text((root / "params.yaml").read_text().replace(
+        "data/sample", "data/source"))
+    # RLIMIT_FSIZE stands in for a full disk: a write past the limit fails with EFBIG
+    proc = stage_with_limit("prepare", root, 1000)
+    assert proc.returncode == 1, proc.stderr
+    line = one_line_error(proc)
+    assert "data/processed/" in line and "Free space" in line, line
+    assert not list((root / "data/processed").glob(".*.tmp"))  # nothing half-written left
+    proc = stage_with_limit("prepare", root, 1 << 30)
+    assert proc.returncode == 0, proc.stderr
+    proc = stage_with_limit("train", root, 2000)
+    assert proc.returncode == 1, proc.stderr
+    line = one_line_error(proc)
+    assert "cannot write it" in line and "Free space" in line, line
