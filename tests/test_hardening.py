@@ -475,3 +475,37 @@ def test_prepare_and_train_on_a_full_disk_end_with_one_line(tmp_path):
     assert proc.returncode == 1, proc.stderr
     line = one_line_error(proc)
     assert "cannot write it" in line and "Free space" in line, line
+
+
+# --- 2. DVC blocks hashing a FIFO under data.source: doctor names it first ----------------
+
+def test_doctor_names_a_fifo_under_data_source_and_dvcignore_clears_it(tmp_path):
+    from tools.doctor import FAIL, OK, source_findings
+
+    (tmp_path / "params.yaml").write_text("data:\n  source: src\n")
+    write_image(tmp_path / "src/cat/a.png")
+    assert [f.level for f in source_findings(tmp_path)] == [OK]
+    make_special(tmp_path / "src/cat")
+    [finding] = source_findings(tmp_path)
+    assert finding.level == FAIL and "src/cat/pipe.png" in finding.message
+    assert "src/cat/sock.png" in finding.message and ".dvcignore" in finding.fix
+    (tmp_path / ".dvcignore").write_text("src/cat/pipe.png\nsrc/cat/sock.png\n")
+    assert [f.level for f in source_findings(tmp_path)] == [OK]
+
+
+def test_dvc_itself_skips_a_fifo_listed_in_dvcignore(tmp_path):
+    """What the doctor's fix relies on: with the FIFO in .dvcignore, `dvc status` on a stage
+    depending on its folder finishes (without, it blocks forever inside DVC)."""
+    from tools.project import dvc, git
+
+    git(tmp_path, "init", "-q")
+    dvc(tmp_path, "init", "-q")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/a.txt").write_text("a\n")
+    os.mkfifo(tmp_path / "src/pipe.png")
+    (tmp_path / "dvc.yaml").write_text("stages:\n  s:\n    cmd: ls src > out.txt\n"
+                                       "    deps: [src]\n    outs: [out.txt]\n")
+    (tmp_path / ".dvcignore").write_text("src/pipe.png\n")
+    proc = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
