@@ -420,6 +420,13 @@ def main(params_path, no_cache):
         raise StageError(f"data.source: {source} holds no files; add your images there.")
     write_csv(MANIFEST, rows, manifest_fields(task))
     bad = sum(1 for r in rows if r["error"])
+    special = [r["path"] for r in rows if r["error_kind"] == "not_regular"]
+    if special:
+        shown = ", ".join(special[:5]) + (" ..." if len(special) > 5 else "")
+        click.echo(f"ingest: warning: {len(special)} FIFO(s), socket(s) or device(s) under "
+                   f"{source}/: {shown}. They are rows with error_kind not_regular, never "
+                   f"opened, but `dvc repro` blocks hashing a FIFO: remove them or list them "
+                   f"in .dvcignore (python -m tools.doctor names them).", err=True)
     click.echo(f"ingest: {len(rows)} files from {source}/ -> {MANIFEST} ({bad} with errors; "
                f"{stats['inspected']} hashed, {stats['cached']} unchanged from the cache, "
                f"{stats['verified']} of them rehashed to check it)")
