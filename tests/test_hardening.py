@@ -509,3 +509,19 @@ def test_dvc_itself_skips_a_fifo_listed_in_dvcignore(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "dvc", "repro", "-q"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_an_image_over_the_decode_budget_is_refused_unless_a_jpeg_draft_fits(onnx_model,
+                                                                             tmp_path):
+    import httpx
+
+    jpeg = write_image(tmp_path / "big.jpg", size=(2000, 1500), mode="RGB", fmt="JPEG")
+    png = write_image(tmp_path / "big.png", size=(2000, 1500), mode="RGB")
+    proc, url, port, log = start_server(onnx_model, tmp_path, "--max-decode-mb", "2")
+    try:
+        r = httpx.post(f"{url}/predict", files={"files": ("big.png", png.read_bytes())})
+        assert r.status_code == 422 and "decode budget" in r.json()["detail"], r.text
+        r = httpx.post(f"{url}/predict", files={"files": ("big.jpg", jpeg.read_bytes())})
+        assert r.status_code == 200, r.text  # decoded at 1/8 scale: 250 x 188
+    finally:
+        stop(proc)
