@@ -6,7 +6,8 @@
 Prints, from one run: the bare loop's files/s (read + sha256 + full decode, one process),
 ingest's cold files/s and its ratio to the bare loop (target >= 1.6 on 2 cores), the warm
 re-ingest's time as a fraction of the cold one (target <= 1/20) with the number of files it
-rehashed, and peak memory of the ingest process and of its workers, for the full tree and for a
+rehashed, what `ingest.verify_cache` costs a warm run (sample, the default, against none and
+all), and peak memory of the ingest process and of its workers, for the full tree and for a
 tree with a quarter of the small files: worker memory must not grow with the file count, and the
 parent's only by the manifest rows. Timings share the machine with whatever else runs: compare
 the ratios, not the absolute numbers.
@@ -39,7 +40,7 @@ from stages.ingest import inventory
 from stages.lib.params import MAX_PIXELS
 root, workers, cache = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 t = time.perf_counter()
-rows, stats = inventory(root, workers, MAX_PIXELS, cache)
+rows, stats = inventory(root, workers, MAX_PIXELS, cache, verify=sys.argv[4])
 seconds = time.perf_counter() - t
 kib = lambda who: resource.getrusage(who).ru_maxrss
 rows_bytes = sum(sys.getsizeof(r) + sum(map(sys.getsizeof, r.values())) for r in rows)
@@ -109,8 +110,9 @@ def headroom(workers: int) -> float:
     return serial / (time.perf_counter() - t)
 
 
-def probe(root: Path, workers: int, cache: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(root), str(workers), str(cache)],
+def probe(root: Path, workers: int, cache: Path, verify: str = "sample") -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(root), str(workers), str(cache),
+                           verify],
                           cwd=ROOT, check=True, capture_output=True, text=True,
                           env={**os.environ, "TQDM_DISABLE": "1"})
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -165,7 +167,18 @@ def main(small, large, workers, rounds):
                  for _ in range(rounds)]
         warm = statistics.median(w["seconds"] for w in warms)
         print(f"ingest warm: {warm:.2f} s (median of {rounds}) = 1/{cold_s / warm:.0f} of cold "
-              f"(target <= 1/20); rehashed {max(w['inspected'] for w in warms)} of {n}")
+              f"(target <= 1/20); rehashed {max(w['inspected'] for w in warms)} of {n}; "
+              f"ingest.verify_cache: sample rehashed {warms[-1]['verified']} cached files")
+        for mode in ("none", "all"):  # what ingest.verify_cache costs a warm run
+            runs = [probe(tmp / "tree", workers, tmp / f"cache{rounds - 1}.marshal", mode)
+                    for _ in range(rounds)]
+            seconds = statistics.median(w["seconds"] for w in runs)
+            print(f"ingest warm, verify_cache: {mode}: {seconds:.2f} s (median of {rounds}), "
+                  f"{runs[-1]['verified']} cached files rehashed; sample costs "
+                  f"{warm - seconds:+.2f} s against it" if mode == "none" else
+                  f"ingest warm, verify_cache: all: {seconds:.2f} s (median of {rounds}), "
+                  f"{runs[-1]['verified']} cached files rehashed = {seconds / cold_s:.2f} of a "
+                  f"cold run")
         cold = colds[-1]
         m = quarter_tree(tmp / "tree", tmp / "quarter")
         quarter = probe(tmp / "quarter", workers, tmp / "cache-quarter.marshal")

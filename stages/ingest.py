@@ -15,6 +15,7 @@ reused whole when the listing (every path, kind, size and mtime, annotation file
 the same. The cache only saves work; the manifest's bytes are the same with or without it.
 """
 import contextlib
+import errno
 import gc
 import hashlib
 import io
@@ -34,7 +35,7 @@ MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
 FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error_kind", "error", "frames",
          "bits", "alpha", "phash"]
-GENERIC_ERRORS = ("empty", "undecodable", "too_large", "symlink")  # the kinds ingest itself sets
+GENERIC_ERRORS = ("empty", "undecodable", "too_large", "symlink", "not_regular", "unreadable")
 
 
 def manifest_fields(task) -> list[str]:
@@ -48,16 +49,44 @@ def list_files(root: Path) -> list[str]:
     return sorted(rel for rel, kind, _ in walk(root) if kind == "file")
 
 
+SPECIAL = {  # walk's "special" entries: (error_kind, error); never opened
+    "fifo": ("not_regular", "a FIFO (named pipe), not a file: never opened; remove it from "
+                            "data.source (DVC would block hashing it)"),
+    "socket": ("not_regular", "a socket, not a file: never opened; remove it from data.source"),
+    "device": ("not_regular", "a device, not a file: never opened; remove it from data.source"),
+    "loop": ("symlink", "symlink loop: it points back to itself (directly or through other "
+                        "links); remove it"),
+    "unlistable": ("unreadable", "a folder that cannot be listed (permission or I/O error): "
+                                 "make it readable or move it out of data.source"),
+}
+
+
+def special_kind(mode: int) -> str | None:
+    """SPECIAL's key for a stat mode that is neither a regular file nor a folder."""
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "device"
+    return None
+
+
 def walk(root: Path) -> list[tuple]:
-    """(relative path, kind, key) for every entry to inventory: "file" (key: [size, mtime_ns],
-    of a symlink's target), "empty" for a folder with no visible entries, "dirlink" for a
-    symlinked folder (never followed); key None for the last two."""
+    """(relative path, kind, key) for every entry to inventory: "file" (key: [size, mtime_ns,
+    ctime_ns, inode], of a symlink's target), "empty" for a folder with no visible entries,
+    "dirlink" for a symlinked folder (never followed), "special" for a FIFO, socket, device,
+    symlink loop or a folder that cannot be listed (key: SPECIAL's key; never opened). Every
+    entry is classified by fstatat on its folder's descriptor (scandir), never by opening it."""
     out, folders = [], [(os.fspath(root), "")]
     while folders:
         path, prefix = folders.pop()
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # stat by name in it: fewer lookups
         except OSError as exc:
+            if prefix:  # a subfolder: a row, so the quarantine can deal with it
+                out.append((prefix.rstrip("/"), "special", "unlistable"))
+                continue
             raise StageError(f"{path}: cannot list this folder ({exc.strerror}); make it "
                              f"readable or move it out of data.source.") from None
         try:
@@ -66,44 +95,92 @@ def walk(root: Path) -> list[tuple]:
             if prefix and not entries:
                 out.append((prefix, "empty", None))
             for e in entries:
-                if e.is_dir(follow_symlinks=False):
-                    folders.append((os.path.join(path, e.name), f"{prefix}{e.name}/"))
-                elif e.is_symlink() and e.is_dir():
-                    out.append((prefix + e.name, "dirlink", None))
+                rel = prefix + e.name
+                try:
+                    lst = e.stat(follow_symlinks=False)
+                except OSError:  # vanished since the listing
+                    continue
+                if stat.S_ISDIR(lst.st_mode):
+                    folders.append((os.path.join(path, e.name), f"{rel}/"))
+                    continue
+                st = lst
+                if stat.S_ISLNK(lst.st_mode):
+                    try:
+                        st = e.stat()  # the target
+                    except OSError as exc:
+                        if exc.errno == errno.ELOOP:
+                            out.append((rel, "special", "loop"))
+                            continue
+                        st = lst  # broken: inspect_file says so
+                    if stat.S_ISDIR(st.st_mode):
+                        out.append((rel, "dirlink", None))
+                        continue
+                broken = st is lst and stat.S_ISLNK(lst.st_mode)
+                kind = None if broken else special_kind(st.st_mode)
+                if kind:
+                    out.append((rel, "special", kind))
                 else:
-                    out.append((prefix + e.name, "file", stat_key(e)))
+                    out.append((rel, "file", [st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                              st.st_ino]))
         finally:
             os.close(fd)
     return out
 
 
 def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
-    """The facts of one file (the FACTS columns). Runs in a worker process."""
-    from stages.lib.images import CHUNK, inspect_image, sha256_file
+    """The facts of one file (the FACTS columns). Runs in a worker process. A file that cannot
+    be read is a row with error_kind `unreadable`, never an exception."""
 
     path = os.path.join(root, rel)  # plain strings: pathlib costs more than a small file's hash
     row = dict.fromkeys(FACTS, "")
+    try:
+        return inspect_path(root, path, row, max_pixels)
+    except OSError as exc:  # no permission, an I/O error, a loop made since the listing
+        row.update(dict.fromkeys(FACTS, ""), error_kind="unreadable",
+                   error=f"cannot read: {exc.strerror or type(exc).__name__}; make it readable "
+                         f"or remove it")
+        return row
+
+
+def inspect_path(root: str, path: str, row: dict, max_pixels: int) -> dict:
+    from stages.lib.images import CHUNK, inspect_image
+
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        target = Path(path).resolve()
+        try:
+            target = Path(path).resolve()
+        except (OSError, RuntimeError):  # RuntimeError: pathlib's "Symlink loop"
+            row.update(error_kind="symlink", error=SPECIAL["loop"][1])
+            return row
         if not target.is_relative_to(Path(root).resolve()):
             # No target in the message: outs never hold absolute paths.
             row.update(error_kind="symlink",
                        error="symlink escapes data.source: it points outside the source folder")
             return row
-        if not target.is_file():
+        if not os.path.lexists(target) or not os.path.exists(path):
             row.update(error_kind="symlink", error="broken symlink: its target does not exist")
             return row
-        st = os.stat(path)
-    row["bytes"] = st.st_size
-    if row["bytes"] <= CHUNK:  # one chunk: read once, hash and decode the same bytes
-        with open(path, "rb") as f:
+    # Non-blocking, then fstat before a byte is read: a FIFO swapped in since the listing
+    # is never read from (a blocking open would wait for a writer forever).
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        kind = special_kind(st.st_mode)
+        if kind:
+            row.update(zip(("error_kind", "error"), SPECIAL[kind], strict=True))
+            return row
+        os.set_blocking(fd, True)
+        row["bytes"] = st.st_size
+        if row["bytes"] <= CHUNK:  # one chunk: read once, hash and decode the same bytes
             data = f.read()
-        row["sha256"] = hashlib.sha256(data).hexdigest()
-        source = io.BytesIO(data)
-    else:
-        row["sha256"] = sha256_file(path)
-        source = Path(path)
+            row["sha256"] = hashlib.sha256(data).hexdigest()
+            source = io.BytesIO(data)
+        else:
+            digest = hashlib.sha256()
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+            row["sha256"] = digest.hexdigest()
+            source = Path(path)
     if row["bytes"] == 0:
         row.update(error_kind="empty", error="empty file: 0 bytes")
         return row
@@ -162,24 +239,57 @@ def read_cache(path, fields) -> dict:
     return {}
 
 
+def racy(key, since_ns) -> bool:
+    """A file modified in the same second as (or after) the run that cached it started: its
+    cached facts may predate a change that left size, mtime (at a coarse timestamp) and ctime
+    as they were, so it is hashed again (git's racy-timestamp rule)."""
+    return not isinstance(since_ns, int) or key[1] // 10**9 >= since_ns // 10**9
+
+
 def reusable(last: dict, keys: dict) -> dict:
-    """{path: facts} from the last run, for files whose [size, mtime_ns] is unchanged. A
-    damaged entry is just a miss."""
+    """{path: facts} from the last run, for files whose [size, mtime_ns, ctime_ns, inode] is
+    unchanged and not racy. A damaged entry is just a miss."""
     try:
         before = {rel: key for rel, kind, key in last.get("listing", ()) if kind == "file"}
     except (TypeError, ValueError):
         return {}
+    since = last.get("started_ns")
     return {rel: facts for rel, facts in last.get("facts", {}).items()
-            if keys.get(rel, False) == before.get(rel)
+            if keys.get(rel, False) == before.get(rel) and not racy(keys[rel], since)
             and isinstance(facts, (list, tuple)) and len(facts) == len(FACTS)}
 
 
-def stat_key(entry: os.DirEntry) -> list:
-    try:
-        st = entry.stat()  # through a symlink: its target's size and mtime
-    except OSError:
-        st = entry.stat(follow_symlinks=False)
-    return [st.st_size, st.st_mtime_ns]
+SAMPLE = 16  # verify_cache: sample rehashes SAMPLE files plus 1% of the cached ones
+
+
+def verify_cached(root: Path, facts: dict, mode: str, seed, cache: Path) -> int:
+    """Rehash the files whose facts come from the cache (mode "all"), a seeded sample of them
+    ("sample"), or none; return how many were checked. A sha256 that differs means the cache
+    key missed a change: the cache is deleted and the run fails, naming the file."""
+    import random
+
+    from stages.lib.images import sha256_file
+
+    index = FACTS.index("sha256")
+    cached = sorted(rel for rel, f in facts.items() if f[index])
+    if mode == "none" or not cached:
+        return 0
+    if mode == "sample":
+        count = min(len(cached), SAMPLE + len(cached) // 100)
+        cached = sorted(random.Random(str(seed)).sample(cached, count))
+    for rel in cached:
+        try:
+            digest = sha256_file(os.path.join(root, rel))
+        except OSError:
+            digest = None  # unreadable now: a change the key missed too
+        if digest != facts[rel][index]:
+            if cache:
+                Path(cache).unlink(missing_ok=True)
+            raise StageError(f"{rel}: its bytes changed but its size, mtime, ctime and inode did "
+                             f"not, so .cache/ingest/ held a stale sha256 (ingest.verify_cache "
+                             f"caught it). The cache was deleted: re-run ingest to rehash "
+                             f"everything.")
+    return len(cached)
 
 
 @contextlib.contextmanager
@@ -197,25 +307,35 @@ def no_gc():
 
 
 def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | None = None,
-              task=None):
+              task=None, verify: str = "sample"):
     """(manifest rows sorted by path, stats) for the tree at root (task: the default unless
     given).
 
-    stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused}.
+    stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused,
+    "verified": cached files rehashed to check the cache (verify: "sample", "all", "none")}.
     """
+    import time
+
     from stages.tasks import default_task
 
     task = task or default_task()
     fields = manifest_fields(task)
+    started_ns = time.time_ns()
     with no_gc():
         listing = walk(root)  # annotation files included: a change to one changes the rows
         last = read_cache(cache, fields) if cache else {}
         notes = task.read_annotations(root, listing)
         entries = [e for e in listing if e[0] not in notes.skip]
         keys = {rel: key for rel, kind, key in entries if kind == "file"}
-        if last and last["listing"] == listing:  # nothing changed: the same rows
-            return last["rows"], {"files": len(keys), "inspected": 0, "cached": len(keys)}
         facts = reusable(last, keys)
+    if facts:
+        verified = verify_cached(root, facts, verify, last.get("started_ns"), cache)
+    else:
+        verified = 0
+    if last and last["listing"] == listing and len(facts) == len(keys):
+        # nothing changed (and nothing racy): the same rows
+        return last["rows"], {"files": len(keys), "inspected": 0, "cached": len(keys),
+                              "verified": verified}
     todo = [rel for rel in keys if rel not in facts]
     if todo:
         from tqdm import tqdm
@@ -232,21 +352,23 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
                 facts.update(zip(batch, rows, strict=True))
                 bar.update(len(batch))
     with no_gc():
-        rows = [make_row(rel, kind, facts.get(rel), notes, fields) for rel, kind, _ in entries]
+        rows = [make_row(rel, kind, facts.get(rel), notes, fields, key)
+                for rel, kind, key in entries]
         rows += [make_row(rel, "extra", None, notes, fields) for rel in notes.extra]
         rows = sorted((r for r in rows if r), key=lambda r: r["path"])
         if cache:
             write_bytes(cache, marshal.dumps({  # strings shared with the rows are stored once
                 "fields": fields, "facts_fields": FACTS, "listing": listing, "rows": rows,
-                "facts": {rel: facts[rel] for rel in keys}}))
-    return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo)}
+                "facts": {rel: facts[rel] for rel in keys}, "started_ns": started_ns}))
+    return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo),
+                  "verified": verified}
 
 
 BLANK = ("",) * len(FACTS)
 DIRLINK = "symlinked folder: not followed; replace it with a real folder"
 
 
-def make_row(rel: str, kind: str, facts, notes, fields) -> dict | None:
+def make_row(rel: str, kind: str, facts, notes, fields, special=None) -> dict | None:
     """The manifest row of one entry (facts: the FACTS values in order, or None), or None for
     an empty folder the task has nothing to say about. A decode problem comes first; an
     annotation problem (notes.errors) shows when the file itself is fine."""
@@ -259,6 +381,8 @@ def make_row(rel: str, kind: str, facts, notes, fields) -> dict | None:
     row["path"] = rel
     if kind == "dirlink":
         row["error_kind"], row["error"] = "symlink", DIRLINK
+    elif kind == "special":
+        row["error_kind"], row["error"] = SPECIAL[special]
     elif not row["error"] and rel in notes.errors:
         row["error_kind"], row["error"] = notes.errors[rel]
     return row
@@ -291,13 +415,22 @@ def main(params_path, no_cache):
     task = current(params_path)
     max_pixels = load("validate", params_path).max_pixels
     cache = None if no_cache else cache_file(source, max_pixels, task)
-    rows, stats = inventory(source, load("ingest", params_path).workers, max_pixels, cache, task)
+    ingest = load("ingest", params_path)
+    rows, stats = inventory(source, ingest.workers, max_pixels, cache, task, ingest.verify_cache)
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add your images there.")
     write_csv(MANIFEST, rows, manifest_fields(task))
     bad = sum(1 for r in rows if r["error"])
+    special = [r["path"] for r in rows if r["error_kind"] == "not_regular"]
+    if special:
+        shown = ", ".join(special[:5]) + (" ..." if len(special) > 5 else "")
+        click.echo(f"ingest: warning: {len(special)} FIFO(s), socket(s) or device(s) under "
+                   f"{source}/: {shown}. They are rows with error_kind not_regular, never "
+                   f"opened, but `dvc repro` blocks hashing a FIFO: remove them or list them "
+                   f"in .dvcignore (python -m tools.doctor names them).", err=True)
     click.echo(f"ingest: {len(rows)} files from {source}/ -> {MANIFEST} ({bad} with errors; "
-               f"{stats['inspected']} hashed, {stats['cached']} unchanged from the cache)")
+               f"{stats['inspected']} hashed, {stats['cached']} unchanged from the cache, "
+               f"{stats['verified']} of them rehashed to check it)")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,16 @@ def make_tree(root):
     (root / ".dvc").mkdir()
     (root / ".dvc" / "x").write_text("skip")
     write_image(root / "stray.png", seed=4)
+    backdate(root)
+
+
+def backdate(root, seconds=3600):
+    """Every file's mtime an hour back: a file modified in the second an ingest run starts is
+    racy and rehashed by the next run (git's rule), which a warm-run test must not hit."""
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            st = path.stat()
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 10**9))
 
 
 def test_list_files_skips_hidden_and_sorts(tmp_path):

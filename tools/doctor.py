@@ -248,6 +248,38 @@ def git_findings(root) -> list[Finding]:
     return [Finding(OK, "git", "working tree clean")]
 
 
+def source_findings(root) -> list[Finding]:
+    """FIFOs, sockets and devices under data.source: DVC opens every file of a dependency to
+    hash it, and blocks forever on a FIFO (before any stage runs). Found with ingest's own walk,
+    which never opens them; a path listed in .dvcignore is skipped by DVC, so it is fine."""
+    from stages.ingest import walk
+    from stages.lib.params import load
+
+    try:
+        source = Path(root) / load("data", Path(root) / "params.yaml").source
+    except Exception:  # noqa: BLE001 - no params.yaml here: nothing to check
+        return []
+    if not source.is_dir():
+        return []
+    try:
+        listing = walk(source)
+    except Exception:  # noqa: BLE001 - ingest names an unlistable source itself
+        return []
+    ignore_file = Path(root) / ".dvcignore"
+    ignored = set(ignore_file.read_text().split()) if ignore_file.exists() else set()
+    bad = [os.path.relpath(source / rel, root) for rel, kind, key in listing
+           if kind == "special" and key in ("fifo", "socket", "device")]
+    bad = [p for p in bad if p not in ignored and "/" + p not in ignored]
+    if not bad:
+        return [Finding(OK, "source", f"{os.path.relpath(source, root)}: no FIFO, socket or "
+                                      f"device")]
+    shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+    return [Finding(FAIL, "source", f"data.source holds {len(bad)} FIFO(s), socket(s) or "
+                                    f"device(s): {shown}; `dvc repro` would block forever "
+                                    f"hashing them", "remove them, or list each in .dvcignore "
+                                    "(one path per line; ingest still reports them)")]
+
+
 def dvc_status_findings(root) -> list[Finding]:
     from tools.project import dvc
 
@@ -272,19 +304,25 @@ def dvc_status_findings(root) -> list[Finding]:
               help="Seconds to wait for the remote to answer before calling it unreachable.")
 def main(lock_path, remote, timeout):
     """Check Python, packages (against the lock file), torch/CUDA and GPUs, free disk, the DVC
-    remote (reachable, credentials), the git tree and `dvc status`; print each problem with the
-    command that fixes it.
+    remote (reachable, credentials), the git tree, data.source (no FIFO, socket or device, on
+    which DVC's hashing blocks) and `dvc status`; print each problem with the command that
+    fixes it.
 
     Exit code 1 when something blocks a run (FAIL: a missing package, the wrong Python, too
-    little disk, an unreachable or unauthorised remote); WARN lines (another package version,
-    uncommitted changes, a stale pipeline) do not block but may stop results matching dvc.lock.
+    little disk, an unreachable or unauthorised remote, a FIFO under data.source); WARN lines
+    (another package version, uncommitted changes, a stale pipeline) do not block but may stop
+    results matching dvc.lock.
     """
     root = Path.cwd()
     checks = [python_findings, lambda: lock_findings(lock_path), torch_findings,
               lambda: disk_findings(root), lambda: remote_findings(root, remote, timeout),
-              lambda: git_findings(root), lambda: dvc_status_findings(root)]
+              lambda: git_findings(root), lambda: source_findings(root),
+              lambda: dvc_status_findings(root)]
     findings = []
     for check in checks:
+        if check is checks[-1] and any(f.check == "source" and f.level == FAIL
+                                       for f in findings):
+            continue  # `dvc status` would hash the FIFO and block
         for f in check():
             findings.append(f)
             click.echo(f"{f.level:4}  {f.check:10}  {f.message}")

@@ -5,7 +5,9 @@ that serves the exported model does not need PyTorch. Preprocessing is `stages.l
 (the same `load_image` + `normalize` that prepare/evaluate/export use), behind a header check
 that refuses decompression bombs before any pixel is decoded.
 """
+import errno
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +26,37 @@ META_KEYS = ("image_size", "channels", "mean", "std")  # the task adds its own (
 class BadImage(ValueError):
     """An input that cannot become model input.
 
-    `kind`: "not_image", "corrupt", "too_large" or "unreadable" (missing file, no permission).
+    `kind`: "not_image", "corrupt", "too_large", "unreadable" (missing file, no permission, a
+    symlink loop, a socket) or "not_regular" (a FIFO, a device: never read).
     """
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+def open_regular(path):
+    """A binary file object on path, which must be a regular file; BadImage ("unreadable" or
+    "not_regular") otherwise. Opened non-blocking and checked with fstat before a byte is
+    read, so a FIFO, socket or device is never read from (a FIFO would block forever)."""
+    import io
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        why = {errno.ENXIO: "a socket (not read)", errno.ELOOP: "a symlink loop"}.get(
+            exc.errno, f"{type(exc).__name__}: {exc.strerror}")
+        raise BadImage("unreadable", f"cannot open: {why}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a folder" if
+                stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a regular file")
+        raise BadImage("not_regular", f"{kind}: not read")
+    os.set_blocking(fd, True)
+    return io.BufferedReader(io.FileIO(fd, "rb"))
 
 
 def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS) -> np.ndarray:
@@ -42,6 +69,9 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
 
     from stages.lib.images import load_image
 
+    if isinstance(src, (str, os.PathLike)):
+        with open_regular(src) as f:
+            return read_image(f, image_size, channels, max_pixels)
     try:
         with Image.open(src) as img:
             width, height = img.size
@@ -61,6 +91,91 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
         src.seek(0)
     try:
         return load_image(src, image_size, channels)
+    except Exception as exc:  # PIL raises many types on truncated or corrupt data
+        message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
+        raise BadImage("corrupt", message) from None
+
+
+HIGH_BIT_EXTRA = 26  # bytes per pixel to_model_mode's numpy scaling of 16/32-bit grey peaks at
+
+
+def decode_bytes(mode: str, size: tuple, channels: int, image_size: int = 64) -> int:
+    """About the most memory (bytes) decoding an image of this mode and size, converting it
+    with to_model_mode and resizing it to image_size takes at once. Pillow keeps 1 byte per
+    pixel for L/P/1, 2 for 16-bit, 4 for everything else (RGB as RGBX), and an 8-byte pointer
+    per line in every copy; the conversion makes copies; the resize's first (horizontal) pass
+    makes an image_size x height one. A 1 x 39,000,000 image costs 8 bytes per line per copy:
+    over 1 GB for 39 MB of pixels."""
+    width, height = size
+    pixels = width * height
+    stored = 1 if mode in ("1", "L", "P") else 2 if mode.startswith("I;16") else 4
+    if mode in ("I", "F") or mode.startswith("I;16"):
+        extra, copies = HIGH_BIT_EXTRA, 2
+    elif mode in ("RGBA", "LA", "PA", "La", "RGBa", "P"):  # P: may carry transparency
+        extra, copies = 4 + 4 + 1, 4
+    elif mode == ("L" if channels == 1 else "RGB"):
+        extra, copies = 0, 1
+    elif mode in ("RGB", "L"):  # one conversion to the other
+        extra, copies = (1 if channels == 1 else 4), 2
+    else:  # CMYK, YCbCr, 1...: to RGB, then to L for grey
+        extra, copies = 4 + 1, 3
+    resize = image_size * height * 4 + height * 8
+    return (pixels * (stored + extra) + copies * height * 8 + resize) * 5 // 4  # +25%: codecs
+
+
+def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size: int = 64):
+    """(decoded bytes, draft size or None) of an image, from its header alone; BadImage when
+    it is over max_pixels or, with a budget (bytes), would decode to more. A JPEG over the
+    budget is decoded at a reduced DCT scale (Pillow's draft: 1/2, 1/4 or 1/8) when that
+    fits: the draft size returned."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(src) as img:
+            width, height, mode, fmt = img.width, img.height, img.mode, img.format
+    except UnidentifiedImageError:
+        raise BadImage("not_image", "not an image Pillow can read") from None
+    except Image.DecompressionBombError as exc:
+        raise BadImage("too_large", f"image too large: {exc}") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise BadImage("corrupt", f"cannot read image header: {type(exc).__name__}: "
+                                  f"{exc}") from None
+    finally:
+        if hasattr(src, "seek"):
+            src.seek(0)
+    if width * height > max_pixels:
+        raise BadImage("too_large", f"image has {width}x{height} = {width * height} pixels, "
+                                    f"over the limit of {max_pixels}")
+    cost = decode_bytes(mode, (width, height), channels, image_size)
+    if not budget or cost <= budget:
+        return cost, None
+    if fmt == "JPEG":
+        for k in (2, 4, 8):
+            size = (-(-width // k), -(-height // k))
+            reduced = decode_bytes(mode, size, channels, image_size)
+            if reduced <= budget:
+                return reduced, size
+    raise BadImage("too_large", f"image of {width}x{height} {mode} pixels needs about "
+                                f"{cost / 2**20:.0f} MiB to decode, over the decode budget of "
+                                f"{budget / 2**20:.0f} MiB")
+
+
+def load_drafted(src, image_size: int, channels: int, draft) -> np.ndarray:
+    """load_image, with the JPEG decoded at the reduced scale read_header chose (draft: a size
+    or None): uint8 HxWxC; BadImage when it fails."""
+    from PIL import Image
+
+    from stages.lib.images import load_image, to_model_mode
+
+    try:
+        if draft is None:
+            return load_image(src, image_size, channels)
+        with Image.open(src) as img:
+            img.draft("L" if channels == 1 else "RGB", draft)
+            img = to_model_mode(img, channels)
+            img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
+            arr = np.asarray(img, dtype=np.uint8)
+        return arr.reshape(image_size, image_size, channels)
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadImage("corrupt", message) from None

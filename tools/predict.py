@@ -9,9 +9,11 @@ same command skips every path already in --out and repairs a torn last line firs
 Test hook (stages/lib/hooks.py): PREDICT_DELAY_S sleeps after every written batch, so a test can
 SIGKILL a slow run at an arbitrary moment.
 """
+import errno
 import glob
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -34,13 +36,143 @@ EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_SOME_FAILED = 0, 1, 2, 3
 
 # --- inputs ------------------------------------------------------------------------------
 
+class Problem(str):
+    """An input path that gets an error row without being opened: an unreadable folder, a
+    symlink loop, a folder reached twice, a FIFO, socket or device. Equal to its path."""
+
+    def __new__(cls, path: str, error: str):
+        obj = super().__new__(cls, path)
+        obj.error = error
+        return obj
+
+
+def _special(mode: int) -> str:
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return f"not_regular: {kind}, not read"
+
+
+def _scan(path: str):
+    """(sorted non-hidden entries, None) or (None, error message) for one folder."""
+    try:
+        with os.scandir(path) as it:
+            return sorted((e for e in it if not e.name.startswith(".")),
+                          key=lambda e: e.name), None
+    except OSError as exc:
+        return None, f"unreadable: cannot list this folder: {exc.strerror}"
+
+
+def _dir_id(path: str):
+    """(st_dev, st_ino) of a folder (through symlinks), or None when it is not one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
 def walk(top: str):
-    """Files under top, recursively, in sorted order; hidden files and folders are skipped."""
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield os.path.normpath(os.path.join(dirpath, name))
+    """Files under top, recursively, in sorted order (a folder's files, then its subfolders);
+    hidden files and folders are skipped. Symlinked folders are followed after the real tree,
+    each real folder once (by st_dev and st_ino): a symlink to a folder already listed (a loop
+    back to an ancestor, or a second way into one) gets one Problem row, as do a folder that
+    cannot be listed, a symlink cycle and a FIFO, socket or device (never opened)."""
+    seen, links = {}, []  # (st_dev, st_ino) -> the path it was listed under; deferred symlinks
+    top = os.path.normpath(top)
+    seen[_dir_id(top)] = top
+    yield from _walk_real(top, seen, links)
+    while links:
+        path = links.pop(0)
+        ident = _dir_id(path)
+        if ident in seen:
+            first = seen[ident]
+            how = "back to its own parent folder" if (path + os.sep).startswith(
+                first + os.sep) else "to a folder"
+            yield Problem(path, f"symlink_loop: a symlinked folder pointing {how} {first}, "
+                                f"whose files are listed once, there")
+            continue
+        seen[ident] = path
+        yield from _walk_real(path, seen, links)
+
+
+def _walk_real(top: str, seen: dict, links: list):
+    entries, error = _scan(top)
+    if error:
+        yield Problem(top, error)
+        return
+    folders = []
+    for e in entries:
+        path = e.name if top == os.curdir else os.path.join(top, e.name)  # normalised
+        try:
+            if e.is_dir():  # follows a symlink
+                if e.is_symlink():
+                    links.append(path)
+                else:
+                    folders.append(path)
+                continue
+            mode = e.stat().st_mode
+        except OSError as exc:  # a symlink cycle (ELOOP), a vanished entry
+            if exc.errno == errno.ELOOP:
+                yield Problem(path, "symlink_loop: a symlink cycle, it points back to itself")
+            else:
+                yield path  # vanished: its row says why it cannot be read
+            continue
+        yield path if stat.S_ISREG(mode) else Problem(path, _special(mode))
+    for path in folders:
+        seen[_dir_id(path)] = path
+        yield from _walk_real(path, seen, links)
+
+
+def _glob(pattern: str):
+    """glob.glob(pattern, recursive=True), except that `**` descends each real folder once
+    (by st_dev and st_ino; symlinked folders after the real tree): loops are not followed."""
+    import fnmatch
+
+    drive, rest = os.path.splitdrive(pattern)
+    parts = [p for p in rest.split(os.sep) if p]
+    start = drive + (os.sep if rest.startswith(os.sep) else "")
+    found, seen, links = set(), set(), []
+
+    def listing(folder):
+        entries, _ = _scan(folder or ".")
+        return entries or []
+
+    def match(folder, parts):
+        if not parts:
+            if folder and os.path.lexists(folder):
+                found.add(os.path.normpath(folder))
+            return
+        head, tail = parts[0], parts[1:]
+        if head == "**":
+            seen.add(_dir_id(folder or "."))
+            match(folder, tail)
+            for e in listing(folder):
+                path = os.path.join(folder, e.name)
+                try:
+                    if not e.is_dir():
+                        continue
+                    if e.is_symlink():
+                        links.append((path, parts))
+                        continue
+                except OSError:
+                    continue
+                seen.add(_dir_id(path))
+                match(path, parts)
+        elif glob.has_magic(head):
+            for e in listing(folder):
+                if fnmatch.fnmatchcase(e.name, head):
+                    match(os.path.join(folder, e.name), tail)
+        else:
+            match(os.path.join(folder, head) if folder else head, tail)
+
+    match(start, parts)
+    while links:
+        path, parts = links.pop(0)
+        ident = _dir_id(path)
+        if ident not in seen:
+            seen.add(ident)
+            match(path, parts)
+    return sorted(found)
 
 
 def expand(source: str, allow_glob: bool = True):
@@ -51,7 +183,7 @@ def expand(source: str, allow_glob: bool = True):
     if os.path.isdir(source):
         yield from walk(source)
     elif allow_glob and glob.has_magic(source) and not os.path.exists(source):
-        for match in sorted(glob.glob(source, recursive=True)):
+        for match in _glob(source):
             yield from walk(match) if os.path.isdir(match) else [os.path.normpath(match)]
     else:
         yield os.path.normpath(source)
@@ -81,8 +213,7 @@ def check_sources(sources) -> None:
         if source.startswith("@"):
             if not os.path.isfile(source[1:]):
                 raise click.UsageError(f"list file {source[1:]} not found (SOURCE {source}).")
-        elif not os.path.exists(source) and not (glob.has_magic(source) and next(
-                glob.iglob(source, recursive=True), None)):
+        elif not os.path.exists(source) and not (glob.has_magic(source) and _glob(source)):
             raise click.UsageError(f"SOURCE {source} is neither a file, a folder nor a glob "
                                    f"that matches a file.")
 
@@ -91,6 +222,56 @@ def check_sources(sources) -> None:
 
 def output_format(out: Path, fmt: str | None) -> str:
     return fmt or ("csv" if out.suffix.lower() == ".csv" else "jsonl")
+
+
+def check_ours(path: Path, fmt: str, fields: list[str]) -> int:
+    """Refuse (StageError) an existing --out that is not recognisably a predict output of this
+    model in this format, before a byte of it changes; return the length of its torn last
+    line (0 when it ends with a newline), which only then may be cut.
+
+    Ours: empty; CSV whose first line is exactly our header; JSONL whose every complete line
+    is a JSON object with exactly our fields. A torn tail must look like the start of one of
+    our lines (the header, or `{"path": `)."""
+    def refuse(why: str):
+        raise StageError(f"{path}: not a predict output of this model ({why}); it was not "
+                         f"changed. Choose another --out.")
+
+    header = ",".join(fields) + "\n"
+    first_row = json.dumps({"path": ""})[:9]  # '{"path": '
+    complete = 0
+    try:
+        with open(path, "rb") as f:
+            lineno = 0
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break  # the torn tail
+                lineno += 1
+                complete += len(line)
+                text = line.decode("utf-8")
+                if fmt == "csv":
+                    if lineno == 1 and text != header:
+                        refuse(f"its first line is not the CSV header {header.strip()!r}")
+                else:
+                    try:
+                        row = json.loads(text)
+                    except json.JSONDecodeError:
+                        row = None
+                    if not isinstance(row, dict) or sorted(row) != sorted(fields):
+                        refuse(f"line {lineno} is not a JSONL row with the fields "
+                               f"{', '.join(fields)}")
+            f.seek(complete)
+            tail = f.read()
+    except UnicodeDecodeError:
+        refuse("it is not UTF-8 text")
+    except OSError as exc:
+        raise StageError(f"{path}: cannot read --out ({exc.strerror}); make it readable or "
+                         f"choose another --out.") from None
+    if tail:
+        start = header.encode() if fmt == "csv" and complete == 0 else (
+            b"" if fmt == "csv" else first_row.encode())
+        if not (start.startswith(tail) or tail.startswith(start)):
+            refuse("its last line is not the start of a predict row")
+    return len(tail)
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -179,14 +360,25 @@ def drop_failed_rows(path: Path, fmt: str, fields: list[str]) -> list[str]:
     return failed
 
 
+def write_all(f, data: bytes) -> None:
+    """Write every byte on an unbuffered file, then fsync: nothing is left in a buffer that a
+    later close would try (and, on a full disk, fail) to flush."""
+    view = memoryview(data)
+    while view:
+        view = view[f.write(view):]
+    os.fsync(f.fileno())
+
+
 def open_output(out: Path, fmt: str, fields: list[str]):
-    """Append handle on --out; a new CSV file gets its header (durably) first."""
+    """Unbuffered append handle on --out; a new CSV file gets its header (durably) first."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    f = open(out, "a", encoding="utf-8", newline="")
+    f = open(out, "ab", buffering=0)
     if fmt == "csv" and f.tell() == 0:
-        f.write(",".join(fields) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+        try:
+            write_all(f, (",".join(fields) + "\n").encode())
+        except BaseException:
+            f.close()
+            raise
     return f
 
 
@@ -207,9 +399,20 @@ def predict_rows(model, batch, top_k: int) -> list[dict]:
 
 
 def write_batch(f, rows, fmt, fields) -> None:
-    f.write("".join(format_row(r, fmt, fields) for r in rows))
-    f.flush()
-    os.fsync(f.fileno())
+    write_all(f, "".join(format_row(r, fmt, fields) for r in rows).encode("utf-8"))
+
+
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def write_failed(out: Path, exc: OSError) -> StageError:
+    """The one-line error for --out that cannot be created or written."""
+    if exc.errno in FULL:
+        return StageError(f"{out}: cannot write --out: {exc.strerror} (the disk or a file-size "
+                          f"limit is full); free space and re-run the same command: the rows "
+                          f"already written are kept and a torn last line is repaired.")
+    return StageError(f"{out}: cannot write --out: {exc.strerror}; choose a writable --out "
+                      f"(or fix the permissions of {out.parent}).")
 
 
 @click.command()
@@ -256,11 +459,17 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     fields = output_fields(model)
 
     done, failed_before, retry = set(), set(), []
-    if out.exists():
-        if repair_torn_tail(out):
+    if out.exists() or out.is_symlink():
+        if not out.is_file():
+            raise StageError(f"{out}: --out exists and is not a regular file; choose another "
+                             f"--out.")
+        if check_ours(out, fmt, fields) and repair_torn_tail(out):
             click.echo(f"predict: repaired a torn last line in {out}", err=True)
         if retry_failed:
-            retry = drop_failed_rows(out, fmt, fields)
+            try:
+                retry = drop_failed_rows(out, fmt, fields)
+            except OSError as exc:
+                raise write_failed(out, exc) from None
         for row in read_rows(out, fmt, fields):
             (failed_before if row["error"] else done).add(row["path"])
     elif not sources:
@@ -275,7 +484,11 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     counts = {"ok": 0, "failed": 0, "skipped": 0, "skipped_failed": 0}
     start = time.perf_counter()
     batch = []
-    with open_output(out, fmt, fields) as f, tqdm(inputs(), total=total, unit="img", disable=None,
+    try:
+        f = open_output(out, fmt, fields)
+    except OSError as exc:
+        raise write_failed(out, exc) from None
+    with f, tqdm(inputs(), total=total, unit="img", disable=None,
                                           desc="predict", dynamic_ncols=True) as bar:
         def flush():
             try:
@@ -284,7 +497,10 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                 raise StageError(f"{model.path}: inference failed on the batch starting at "
                                  f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
                                  f"so far are kept; re-run to continue.") from exc
-            write_batch(f, rows, fmt, fields)
+            try:
+                write_batch(f, rows, fmt, fields)
+            except OSError as exc:
+                raise write_failed(out, exc) from None
             for row in rows:
                 counts["failed" if row["error"] else "ok"] += 1
             batch.clear()
@@ -299,11 +515,14 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                 counts["skipped_failed" if path in failed_before else "skipped"] += 1
                 continue
             done.add(path)  # a path listed twice gets one row
-            try:
-                batch.append((path, read_image(path, model.image_size, model.channels,
-                                               max_pixels), ""))
-            except BadImage as exc:
-                batch.append((path, None, f"{exc.kind}: {exc}"))
+            if isinstance(path, Problem):
+                batch.append((path, None, path.error))
+            else:
+                try:
+                    batch.append((path, read_image(path, model.image_size, model.channels,
+                                                   max_pixels), ""))
+                except BadImage as exc:
+                    batch.append((path, None, f"{exc.kind}: {exc}"))
             if len(batch) >= batch_size:
                 flush()
         if batch:

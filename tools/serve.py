@@ -9,6 +9,14 @@ Bad input never causes a 5xx: 413 for a body over --max-bytes (by Content-Length
 while streaming), 415 for a file that is not an image, 422 for a corrupt image, an image over
 --max-pixels (checked from its header, before decoding) or a malformed request. No endpoint
 takes a path: nothing on the server's disk can be read through the API.
+
+Memory is bounded by bytes, not only pixels: each image's decode cost (its header's width x
+height x bytes per pixel, plus to_model_mode's copies) must fit --max-decode-mb, and decodes
+wait on a shared budget of that size, so concurrent requests never decode more at once.
+Connections are timed: headers within --header-timeout, the body within --body-timeout (a
+client that sends less than its Content-Length is answered 408 and cut off), idle keep-alive
+connections closed after --keep-alive-timeout, at most --limit-concurrency at once (503 above).
+/docs serves Swagger UI's files from the swagger-ui-bundle package: it works offline.
 """
 from pathlib import Path
 
@@ -18,6 +26,142 @@ from stages.lib.params import MAX_PIXELS
 from tools.options import model_options
 
 MAX_BYTES = 20 * 1024 * 1024
+MAX_DECODE_MB = 256
+HEADER_TIMEOUT, BODY_TIMEOUT, KEEP_ALIVE_TIMEOUT, LIMIT_CONCURRENCY = 10.0, 30.0, 5, 64
+WILDCARDS = ("", "0", "0.0.0.0", "::", "[::]", "*")
+
+
+class DecodeBudget:
+    """An asyncio semaphore counted in bytes: decodes run while their costs together fit."""
+
+    def __init__(self, total: int):
+        import asyncio
+
+        self.total, self.used = total, 0
+        self.changed = asyncio.Condition()
+
+    async def acquire(self, cost: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.used + cost <= self.total or not self.used)
+            self.used += cost
+
+    async def release(self, cost: int) -> None:
+        async with self.changed:
+            self.used -= cost
+            self.changed.notify_all()
+
+
+def nice_thread() -> None:
+    """Lower this (decode) thread's CPU priority: on a busy machine the event loop, which
+    answers /health and parses requests, runs first. Linux applies nice per thread."""
+    import os
+    import threading
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (OSError, AttributeError):
+        pass
+
+
+def timed_protocol(header_timeout: float, body_timeout: float):
+    """uvicorn's h11 protocol with a deadline for a request's headers (from the connection's
+    start or a new request's first byte) and one for its body (from the end of the headers):
+    past either, the client gets 408 and the connection is closed."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11Protocol(H11Protocol):
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._header_timer = self._body_timer = self._timed_cycle = None
+            self._start_header_timer()
+
+        def _start_header_timer(self):
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(header_timeout, self._timed_out,
+                                                          "headers", header_timeout)
+
+        def _cancel(self, name):
+            timer = getattr(self, name, None)
+            if timer is not None:
+                timer.cancel()
+                setattr(self, name, None)
+
+        def data_received(self, data):
+            if self.cycle is None or self.cycle.response_complete:
+                self._start_header_timer()  # a new request's first bytes
+            super().data_received(data)
+            self._rearm()
+
+        def handle_events(self):
+            super().handle_events()
+            self._rearm()
+
+        def _rearm(self):
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                return
+            if cycle is not self._timed_cycle:  # this request's headers are in
+                self._timed_cycle = cycle
+                self._cancel("_header_timer")
+                self._cancel("_body_timer")
+                if cycle.more_body:
+                    self._body_timer = self.loop.call_later(body_timeout, self._timed_out,
+                                                            "body", body_timeout)
+            elif not cycle.more_body:
+                self._cancel("_body_timer")
+
+        def connection_lost(self, exc):
+            self._cancel("_header_timer")
+            self._cancel("_body_timer")
+            super().connection_lost(exc)
+
+        def _timed_out(self, what, seconds):
+            if what == "headers":
+                self._header_timer = None
+            else:
+                self._body_timer = None
+            if self.transport.is_closing():
+                return
+            if self.cycle is None or self.cycle.response_complete or (
+                    not self.cycle.response_started):
+                body = (f'{{"detail": "request {what} not received within {seconds:g} s"}}'
+                        ).encode()
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: "
+                                     b"application/json\r\nconnection: close\r\n"
+                                     b"content-length: " + str(len(body)).encode() +
+                                     b"\r\n\r\n" + body)
+            self.transport.close()
+
+    return TimedH11Protocol
+
+
+def check_host(host: str, expose: bool) -> str | None:
+    """None for a loopback host; otherwise the warning to print (with --expose) or a
+    UsageError (without). A wildcard ("", 0, 0.0.0.0, ::) listens on every interface."""
+    import ipaddress
+    import socket
+
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return None
+    except ValueError:
+        pass
+    if host in WILDCARDS:
+        try:
+            names = ", ".join(name for _, name in socket.if_nameindex())
+        except OSError:
+            names = "unknown"
+        where = f"every interface ({names})"
+    else:
+        where = f"{host!r}, not a loopback address"
+    if not expose:
+        raise click.UsageError(f"--host {host!r} would listen on {where}: anyone who can reach "
+                               f"this machine could use the API. Pass --expose as well to mean "
+                               f"it, or use --host 127.0.0.1.", )
+    return (f"warning: serve listens on {where} (--expose): the API has no authentication; "
+            f"anyone who can reach those interfaces can use it.")
 
 
 class ModelFailed(RuntimeError):
@@ -88,12 +232,14 @@ class MicroBatcher:
 
 def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
-               max_wait_ms: float = 5.0):
+               max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB):
     """The FastAPI app serving a loaded tools.inference.Model."""
     import asyncio
     import contextlib
-    import io
     import logging
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    from functools import partial
     from typing import Annotated
 
     import numpy as np
@@ -101,11 +247,14 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     from fastapi.responses import JSONResponse
     from pydantic import BaseModel, create_model
 
-    from tools.inference import BadImage, describe, read_image
+    from starlette.requests import ClientDisconnect
+
+    from tools.inference import BadImage, describe, load_drafted, read_header
 
     log = logging.getLogger("uvicorn.error")
     model_info = describe(model, metrics_path)
     state = {"ready": False}
+    budget_bytes = int(max_decode_mb * 2**20)
 
     # One image's answer: its filename and the task's prediction fields (classification:
     # label, score, topk), typed for the OpenAPI schema.
@@ -128,14 +277,19 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
         size = (model.image_size, model.image_size, model.channels)
         await batcher.predict([np.zeros(size, dtype=np.uint8)])  # the model really runs
         app.state.batcher = batcher
+        app.state.budget = DecodeBudget(budget_bytes)
+        app.state.decoders = ThreadPoolExecutor(os.cpu_count() or 1, "decode",
+                                                initializer=nice_thread)
         state["ready"] = True
         yield
         state["ready"] = False
         worker.cancel()
+        app.state.decoders.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="image-pipeline model API", version=model.version, lifespan=lifespan,
-                  max_body_size=max_bytes,
+                  max_body_size=max_bytes, docs_url=None,
                   description="Predictions of the exported model. Upload images to /predict.")
+    add_offline_docs(app)
 
     @app.middleware("http")
     async def refuse_large_bodies(request: Request, call_next):
@@ -146,6 +300,11 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
             return JSONResponse({"detail": f"request body of {length} bytes is over the limit "
                                            f"of {max_bytes} bytes"}, status_code=413)
         return await call_next(request)
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request: Request, exc: ClientDisconnect):
+        # The client left (or was cut off by a timeout) mid-body: nobody reads this answer.
+        return JSONResponse({"detail": "client disconnected"}, status_code=400)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
@@ -172,6 +331,7 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
         batcher = getattr(app.state, "batcher", None)
         stats = {"batches": batcher.batches, "images": batcher.images} if batcher else {}
         return {**model_info, "serving": {"max_bytes": max_bytes, "max_pixels": max_pixels,
+                                          "max_decode_mb": max_decode_mb,
                                           "max_batch": max_batch, "top_k": top_k, **stats}}
 
     @app.post("/predict", response_model=PredictResponse,
@@ -184,12 +344,21 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     async def predict(files: Annotated[list[UploadFile], File(
             description="One or more image files (multipart/form-data, field `files`)")]):
         images = []
+        budget = app.state.budget
         for index, upload in enumerate(files):
             name = upload.filename or f"file #{index + 1}"
-            data = await upload.read()
+            source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
             try:
-                images.append(await asyncio.to_thread(
-                    read_image, io.BytesIO(data), model.image_size, model.channels, max_pixels))
+                loop = asyncio.get_running_loop()
+                cost, draft = await loop.run_in_executor(app.state.decoders, partial(
+                    read_header, source, model.channels, max_pixels, budget_bytes,
+                    model.image_size))
+                await budget.acquire(cost)
+                try:
+                    images.append(await loop.run_in_executor(app.state.decoders, partial(
+                        load_drafted, source, model.image_size, model.channels, draft)))
+                finally:
+                    await budget.release(cost)
             except BadImage as exc:
                 raise HTTPException(415 if exc.kind == "not_image" else 422,
                                     detail=f"{name}: {exc}") from None
@@ -205,10 +374,55 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     return app
 
 
+def add_offline_docs(app) -> None:
+    """GET /docs: Swagger UI from the swagger-ui-bundle package's files, served at
+    /docs/assets (no CDN: it works offline). Without the package, FastAPI's CDN page."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    try:
+        from swagger_ui_bundle import swagger_ui_path
+    except ImportError:
+        import logging
+
+        logging.getLogger("uvicorn.error").warning(
+            "swagger-ui-bundle is not installed: /docs loads Swagger UI from a CDN (blank "
+            "offline); pip install swagger-ui-bundle")
+        assets = None
+    else:
+        from fastapi.staticfiles import StaticFiles
+
+        app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="docs")
+        assets = "/docs/assets"
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        urls = {"swagger_js_url": f"{assets}/swagger-ui-bundle.js",
+                "swagger_css_url": f"{assets}/swagger-ui.css",
+                "swagger_favicon_url": f"{assets}/favicon-32x32.png"} if assets else {}
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - docs",
+                                   **urls)
+
+
+def return_freed_memory() -> None:
+    """glibc: serve allocations over 1 MiB with mmap, so a decode's buffers go back to the
+    system when freed instead of staying in the heap (RSS falls back after a burst)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 @click.command()
 @model_options
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to listen on; 127.0.0.1 answers this machine only.")
+              help="Interface to listen on; 127.0.0.1 answers this machine only. Any address "
+                   "that is not loopback (\"\", 0, 0.0.0.0, ::, a LAN address) needs --expose.")
+@click.option("--expose", is_flag=True,
+              help="Allow a --host that is not loopback (a warning names the interfaces).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True,
               help="TCP port.")
 @click.option("--max-bytes", type=click.IntRange(min=1), default=MAX_BYTES, show_default=True,
@@ -220,10 +434,26 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
               help="Most images in one inference call (concurrent requests are batched).")
 @click.option("--max-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="How long the first queued image waits for others to join its batch.")
+@click.option("--max-decode-mb", type=click.FloatRange(min=1), default=MAX_DECODE_MB,
+              show_default=True,
+              help="Decode memory budget: an image needing more (width x height x bytes per "
+                   "pixel, with conversion copies) gets 422 (a big JPEG is decoded at a reduced "
+                   "scale instead); concurrent decodes together stay within it.")
+@click.option("--header-timeout", type=click.FloatRange(min=0.1), default=HEADER_TIMEOUT,
+              show_default=True, help="Seconds a request's headers may take (then 408).")
+@click.option("--body-timeout", type=click.FloatRange(min=0.1), default=BODY_TIMEOUT,
+              show_default=True,
+              help="Seconds a request's body may take after its headers (then 408).")
+@click.option("--keep-alive-timeout", type=click.IntRange(min=1), default=KEEP_ALIVE_TIMEOUT,
+              show_default=True, help="Seconds an idle keep-alive connection stays open.")
+@click.option("--limit-concurrency", type=click.IntRange(min=1), default=LIMIT_CONCURRENCY,
+              show_default=True,
+              help="Most connections and requests at once; more get 503.")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
-def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, top_k,
-         max_batch, max_wait_ms, threads, log_level):
+def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
+         max_batch, max_wait_ms, max_decode_mb, header_timeout, body_timeout,
+         keep_alive_timeout, limit_concurrency, threads, log_level):
     """Serve the model over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
@@ -235,16 +465,22 @@ def main(model_path, backend, host, port, max_bytes, max_pixels, metrics_path, t
     declares more than --max-pixels pixels in its header (422, not decoded) fails the request,
     naming the file.
     """
+    warning = check_host(host, expose)  # before anything is loaded
     import uvicorn
 
     from tools.inference import load
 
+    return_freed_memory()
     model = load(backend, model_path, threads)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
-                     max_wait_ms)
+                     max_wait_ms, max_decode_mb)
+    if warning:
+        click.echo(warning, err=True)
     click.echo(f"serve: {model.path} ({model.backend}, version {model.version}) on "
                f"http://{host}:{port} (docs at /docs)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.run(app, host="0.0.0.0" if host == "0" else host, port=port, log_level=log_level,
+                http=timed_protocol(header_timeout, body_timeout),
+                timeout_keep_alive=keep_alive_timeout, limit_concurrency=limit_concurrency)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ SHARED = {
     "format": (BLOCKING, "a format not in validate.formats"),
     "too_small": (BLOCKING, "width or height below validate.min_side"),
     "too_large": (BLOCKING, "more pixels than validate.max_pixels (never decoded)"),
-    "symlink": (BLOCKING, "a symlink escaping the source, broken, or a symlinked folder"),
+    "symlink": (BLOCKING, "a symlink escaping the source, broken, in a loop, or a symlinked "
+                          "folder"),
+    "not_regular": (BLOCKING, "a FIFO, socket or device under the source: never opened"),
+    "unreadable": (BLOCKING, "a file or folder that cannot be read (no permission, I/O error)"),
     "label_conflict": (BLOCKING, "the same bytes annotated differently: every copy"),
     "duplicate": (WARNING, "the same bytes, the same annotation: kept in one split"),
     "near_duplicate": (WARNING, "perceptual hashes within validate.near_dup_distance bits: "
@@ -22,7 +25,7 @@ SHARED = {
     "extension": (WARNING, "content of another format than the extension says"),
 }
 # The error kinds ingest itself writes (a task adds its `annotation_errors`).
-INGEST_ERRORS = ("empty", "undecodable", "too_large", "symlink")
+INGEST_ERRORS = ("empty", "undecodable", "too_large", "symlink", "not_regular", "unreadable")
 OTHER = "error"  # a manifest error of a kind no check knows: blocking
 OTHER_CHECK = (BLOCKING, "any other error in the manifest")
 

@@ -4,6 +4,7 @@ Every file a stage writes goes to a temp file in the same folder and is renamed 
 so an interrupted stage never leaves a half-written output behind.
 """
 import csv
+import errno
 import io
 import json
 import os
@@ -21,8 +22,35 @@ class StageError(click.ClickException):
     """A problem the user can fix; click prints it as `Error: ...` and exits with code 1."""
 
 
-def write_bytes(path, data: bytes) -> None:
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def write_failed(path, exc: OSError) -> StageError | OSError:
+    """The one-line StageError for a write that failed on a full disk (or a file-size limit)
+    or an unwritable folder, naming the path, the cause and the fix; other errors as they are.
+    Nothing half-written is left: every out is written to a temp file and renamed."""
     path = Path(path)
+    if exc.errno in FULL:
+        return StageError(f"{path}: cannot write it: {exc.strerror} (the disk, a quota or a "
+                          f"file-size limit is full). Free space on {path.parent} and re-run; "
+                          f"the outs already there are complete (writes are atomic).")
+    if exc.errno in UNWRITABLE:
+        return StageError(f"{path}: cannot write it: {exc.strerror}. Make {path.parent} "
+                          f"writable and re-run.")
+    return exc
+
+
+def write_bytes(path, data: bytes) -> None:
+    """Write data to path atomically (temp file, fsync, rename); a full disk or an unwritable
+    folder is a StageError naming the path (write_failed)."""
+    try:
+        _write_bytes(Path(path), data)
+    except OSError as exc:
+        raise write_failed(path, exc) from None
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -47,6 +47,8 @@ class Sample:
 @dataclass(frozen=True)
 class Ingest:
     workers: int = knob(0, at_least=0)  # processes that hash and decode; 0 = all cores
+    # rehash cached files each run: a seeded sample, all of them, or none; a mismatch fails
+    verify_cache: str = knob("sample", choices=["sample", "all", "none"])
 
 
 @dataclass(frozen=True)
