@@ -88,7 +88,8 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     # Only the new task package and params.yaml differ from the project: no stage changed.
     changed = git(root, "status", "--porcelain").split("\n")
-    assert sorted(line[3:] for line in changed if line) == ["params.yaml", "stages/tasks/brightness/"]
+    assert sorted(line[3:] for line in changed if line) == ["params.yaml",
+                                                            "stages/tasks/brightness/"]
 
     proc = dvc(root, "repro")
     assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
@@ -105,7 +106,9 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
 
     meta = json.loads((root / "data/processed/meta.json").read_text())
     assert "classes" not in meta  # nothing of classification leaked in
-    images = np.load(root / "data/processed/test_x.npy")
+    from stages.lib.shards import images_view
+
+    images = images_view("test", root / "data/processed")[:]
     session = ort.InferenceSession(str(root / "models/model.onnx"),
                                    providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == ["brightness"]
