@@ -12,11 +12,13 @@ Shard k holds samples [k * shard_size, (k + 1) * shard_size) of the split, in sp
 sample's shard is index // shard_size. Every file is a pure function of its rows, the params and
 the code: the bytes are the same whatever the number of workers that wrote them.
 
-Readers never hold a split in memory: `load_split` memory-maps the shards (np.load
-mmap_mode="r") and gathers the samples a batch asks for; the normalised view converts
-per batch. Views are picklable (the maps are reopened in each DataLoader worker).
+Readers never hold a split in memory: `load_split` gives views that read the samples a batch
+asks for with positioned reads from the shard files (the .npy header gives the offset), and the
+normalised view converts per batch. Views are picklable (files reopen in each DataLoader
+worker).
 Only numpy here.
 """
+import contextlib
 import os
 from pathlib import Path
 
@@ -64,23 +66,55 @@ def shard_files(root, split: str) -> list[Path]:
 
 
 class Split:
-    """The shards of one split, memory-mapped on first use (in each process that uses them)."""
+    """The shards of one split, read with positioned reads (os.preadv straight into the batch's
+    buffer): a batch costs its own bytes, nothing of the split stays mapped into the process
+    (so its RSS does not grow with the dataset, as it would with np.load(mmap_mode="r"), whose
+    touched pages count as the process's resident memory). Files open on first use, in each
+    process that reads (DataLoader workers reopen them: a pickled Split carries no handles)."""
 
     def __init__(self, root, split: str, count: int, shard_size: int):
         self.root, self.split = Path(root), split
         self.count, self.shard_size = count, shard_size
         self.shards = (count + shard_size - 1) // shard_size
-        self._maps = {}
+        self._open = {}
 
-    def __getstate__(self):  # a memmap pickles as its whole content: reopen instead
-        return {**self.__dict__, "_maps": {}}
+    def __getstate__(self):
+        return {**self.__dict__, "_open": {}}
 
-    def map(self, kind: str, k: int):
+    def __del__(self):
+        for fd, *_ in getattr(self, "_open", {}).values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def file(self, kind: str, k: int):
+        """(fd, dtype, sample shape, data offset) of one shard file."""
         key = (kind, k)
-        if key not in self._maps:
-            self._maps[key] = np.load(self.root / self.split / shard_name(kind, k),
-                                      mmap_mode="r", allow_pickle=False)
-        return self._maps[key]
+        if key not in self._open:
+            path = self.root / self.split / shard_name(kind, k)
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(f)
+                offset = f.tell()
+            if fortran:
+                raise ValueError(f"{path}: Fortran-ordered array; prepare writes C order")
+            self._open[key] = (os.open(path, os.O_RDONLY), dtype, tuple(shape[1:]), offset)
+        return self._open[key]
+
+    def layout(self, kind: str):
+        _, dtype, inner, _ = self.file(kind, 0)
+        return dtype, inner
+
+    def _read(self, kind, k, first, n, into) -> None:
+        """Samples first..first+n of shard k into the contiguous array `into`."""
+        fd, dtype, inner, offset = self.file(kind, k)
+        size = dtype.itemsize * int(np.prod(inner, dtype=np.int64))
+        want = size * n
+        got = os.preadv(fd, [memoryview(into).cast("B")], offset + first * size)
+        if got != want:
+            raise OSError(f"{self.root / self.split / shard_name(kind, k)}: short read "
+                          f"({got} of {want} bytes): the shard is truncated; rerun prepare")
 
     def gather(self, kind: str, key):
         """Samples `key` (int, slice, or a sequence/array of ints) as a new numpy array."""
@@ -88,34 +122,29 @@ class Split:
             i = int(key) + (self.count if key < 0 else 0)
             if not 0 <= i < self.count:
                 raise IndexError(f"{self.split} sample {key} of {self.count}")
-            return np.array(self.map(kind, i // self.shard_size)[i % self.shard_size])
+            return self.gather(kind, slice(i, i + 1))[0]
+        dtype, inner = self.layout(kind)
         if isinstance(key, slice):
             start, stop, step = key.indices(self.count)
             if step == 1:
-                return self._range(kind, start, max(start, stop))
+                stop = max(start, stop)
+                out = np.empty((stop - start, *inner), dtype=dtype)
+                at = start
+                while at < stop:
+                    k, first = divmod(at, self.shard_size)
+                    n = min(stop - at, self.shard_size - first)
+                    self._read(kind, k, first, n, out[at - start:at - start + n])
+                    at += n
+                return out
             key = range(start, stop, step)
         index = np.asarray(key, dtype=np.int64).reshape(-1)
         if len(index) and (index.min() < 0 or index.max() >= self.count):
             raise IndexError(f"{self.split} samples out of range 0..{self.count - 1}")
-        first = self.map(kind, 0)
-        out = np.empty((len(index), *first.shape[1:]), dtype=first.dtype)
-        shard = index // self.shard_size
-        for k in np.unique(shard):
-            where = np.flatnonzero(shard == k)
-            out[where] = self.map(kind, int(k))[index[where] - k * self.shard_size]
+        out = np.empty((len(index), *inner), dtype=dtype)
+        for j, i in enumerate(index.tolist()):
+            k, first = divmod(i, self.shard_size)
+            self._read(kind, k, first, 1, out[j:j + 1])
         return out
-
-    def _range(self, kind, start, stop):
-        parts = []
-        while start < stop:
-            k, offset = divmod(start, self.shard_size)
-            take = min(stop - start, self.shard_size - offset)
-            parts.append(self.map(kind, k)[offset:offset + take])
-            start += take
-        if not parts:
-            first = self.map(kind, 0) if self.count else np.zeros((0,), np.uint8)
-            return np.empty((0, *first.shape[1:]), dtype=first.dtype)
-        return np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])
 
 
 class View:
@@ -133,8 +162,7 @@ class View:
 
     @property
     def shape(self):
-        first = self.split.map(IMAGES if self.kind == "x" else self.kind, 0)
-        inner = first.shape[1:]
+        _, inner = self.split.layout(IMAGES if self.kind == "x" else self.kind)
         if self.kind == "x":
             inner = (inner[2], inner[0], inner[1])
         return (self.split.count, *inner)
