@@ -12,8 +12,15 @@ parallel / sequential: target <= 1.1. With train.threads: 0 each queued training
 share of the cores (stages/lib/cores.py); logs of each run's thread count are in the
 experiments' logs/train.json.
 """
-import os
 import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
+
+# this file's folder first on sys.path would make this file the standard library's queue
+sys.path[:] = [p for p in sys.path if p != sys.path[0] or not p.endswith("bench")]
+import os  # noqa: E402
 import time
 from pathlib import Path
 

@@ -20,10 +20,14 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
 At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
 prepare and train). Timings share the machine with whatever else runs.
 """
+import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
 import json
 import os
 import subprocess
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -145,10 +149,13 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
 @click.option("--work", default="/tmp/scale-bench", show_default=True, type=click.Path(),
               help="Where the trees and project copies go (trees are reused).")
 @click.option("--image-size", default=160, show_default=True)
+@click.option("--train-image-size", default=0, type=int,
+              help="Re-prepare at this size before train (0 = --image-size): small_cnn at 160 px "
+                   "trains at ~10-30 images/s on 2 CPU cores, too slow for an epoch of 100,000.")
 @click.option("--batch-size", default=64, show_default=True)
 @click.option("--decode-sample", default=2000, show_default=True)
 @click.option("--bare-steps", default=60, show_default=True)
-def main(sizes, work, image_size, batch_size, decode_sample, bare_steps):
+def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, bare_steps):
     """Print per-N stage figures and the scaling ratios."""
     from tools.project import copy_project
 
@@ -170,13 +177,21 @@ def main(sizes, work, image_size, batch_size, decode_sample, bare_steps):
             "train.epochs": 1, "train.batch_size": batch_size})
         r = {}
         for stage in STAGES:
+            if stage == "train" and train_image_size and train_image_size != image_size:
+                from tools.project import set_params
+
+                decode = decode_loop(project, tree, decode_sample, image_size)
+                set_params(project, {"prepare.image_size": train_image_size})
+                run_stage("prepare", project)
+                click.echo(f"  (re-prepared at {train_image_size} px for train)")
             seconds, peak = run_stage(stage, project)
             r[stage] = {"s_per_1000": seconds / n * 1000, "seconds": seconds, "peak_rss": peak}
             click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 files"
                        f"  peak RSS {peak / 2**20:7.0f} MiB")
         record = json.loads((project / "logs/train.json").read_text())
         stage_ips = record["epochs"][0]["samples_per_s"]
-        decode = decode_loop(project, tree, decode_sample, image_size)
+        if not (train_image_size and train_image_size != image_size):
+            decode = decode_loop(project, tree, decode_sample, image_size)
         prepare_fps = n / r["prepare"]["seconds"]
         bare = bare_train(project, bare_steps, batch_size, 0.003)
         r.update(decode_fps=decode, prepare_fps=prepare_fps, train_ips=stage_ips, bare_ips=bare,
