@@ -423,7 +423,8 @@ def main(params_path):
     data = (x_train, y_train, x_val, y_val)
     if hooks.value("POISON"):
         x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))
-    params = {**dataclasses.asdict(p), "task": task.name}
+    # the thread count orders CPU float sums: the effective one, not train.threads' 0 (auto)
+    params = {**dataclasses.asdict(p), "task": task.name, "threads": cores["threads"]}
     # hidden files are other writers' temp files, not data
     data_files = sorted(f for f in PROCESSED.rglob("*")
                         if f.is_file() and not f.name.startswith("."))
