@@ -52,7 +52,9 @@ def bare_step(model, opt, x, y, idx) -> float:
 @click.option("--shards", is_flag=True,
               help="The stage reads the images from prepare's shards on disk (stages/lib/"
                    "shards.py, normalised per batch); the bare loop keeps them in memory.")
-def main(epochs, params_path, samples, shards):
+@click.option("--image-size", default=16, show_default=True)
+@click.option("--channels", default=1, show_default=True, type=click.Choice(["1", "3"]))
+def main(epochs, params_path, samples, shards, image_size, channels):
     """Print stage samples/s, bare samples/s and their ratio."""
     import dataclasses
 
@@ -67,9 +69,10 @@ def main(epochs, params_path, samples, shards):
     p = load("train", params_path)
     p = dataclasses.replace(p, epochs=epochs + 1, nproc=1)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, 1, 16, 16, generator=g)
+    c, size = int(channels), image_size
+    x = torch.randn(samples, c, size, size, generator=g)
     y = torch.randint(0, 10, (samples,), generator=g)
-    meta = {"classes": [str(i) for i in range(10)], "channels": 1}
+    meta = {"classes": [str(i) for i in range(10)], "channels": c}
     data = (x, y, x[:64], y[:64])
     if shards:  # the same samples as uint8 shards; the bare loop gets them normalised in memory
         import tempfile
@@ -77,19 +80,19 @@ def main(epochs, params_path, samples, shards):
         from stages.lib.images import load_processed, normalize
         from stages.lib.shards import write_processed
 
-        pixels = torch.randint(0, 256, (samples, 16, 16, 1), generator=g,
+        pixels = torch.randint(0, 256, (samples, size, size, c), generator=g,
                                dtype=torch.uint8).numpy()
         tmp = tempfile.mkdtemp(prefix="bench-shards-")
         write_processed(tmp, {"train": (pixels, y.numpy()), "val": (pixels[:64], y[:64].numpy())},
-                        {**meta, "mean": [0.5], "std": [0.5]})
-        x = torch.from_numpy(normalize(pixels, [0.5], [0.5]))
+                        {**meta, "mean": [0.5] * c, "std": [0.5] * c})
+        x = torch.from_numpy(normalize(pixels, [0.5] * c, [0.5] * c))
         x_train, y_train, _ = load_processed("train", tmp, torch=True)
         x_val, y_val, _ = load_processed("val", tmp, torch=True)
         data = (x_train, y_train, x_val, y_val)
     set_deterministic(p.deterministic)
     run = setup(p, meta, current(params_path))
     torch.manual_seed(p.seed)
-    bare_model = build_model(p.model, 10, 1)
+    bare_model = build_model(p.model, 10, c)
     bare_opt = make_optimizer(p, bare_model)
     steps = []  # per epoch: [(stage seconds, bare seconds, samples)]
     real_batches = augment.batches
