@@ -16,7 +16,8 @@ import sys
 
 # ruff: noqa: E402
 # bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 
 # this file's folder first on sys.path would make this file the standard library's queue
 sys.path[:] = [p for p in sys.path if p != sys.path[0] or not p.endswith("bench")]

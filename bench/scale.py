@@ -24,7 +24,8 @@ import sys
 
 # ruff: noqa: E402
 # bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import os
 import subprocess

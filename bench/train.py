@@ -22,8 +22,13 @@ median of per-epoch ratios; target >= 0.95.
 normalisation, as the train stage does) while the bare loop indexes the same images held in
 memory, normalised once: the cost of streaming.
 """
-import statistics
 import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
+import statistics
 import time
 from pathlib import Path
 
