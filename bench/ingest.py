@@ -16,13 +16,18 @@ The bare loop decodes JPEGs to RGB, as a naive script would; ingest decodes one-
 to grey at full size (stages.lib.images.prefer_grey), which rejects exactly the same files
 (tests/test_images.py) for less work. Both decode every byte of every file.
 """
+import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import hashlib
 import io
 import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor

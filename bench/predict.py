@@ -11,11 +11,16 @@ their ratio, and the API's requests/s and p50/p99 latency with --concurrency cli
 one image each, as a ratio to in-process onnxruntime throughput. Every figure is measured in
 the same run, so the ratios hold even on a busy machine; the absolute numbers do not.
 """
+import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import os
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

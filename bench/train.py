@@ -16,10 +16,19 @@ step's covers indexing the batch, forward, backward and optimizer step. The firs
 warm-up and dropped. Prints each loop's samples/s over the timed steps, their ratio, and the
 median of per-epoch ratios; target >= 0.95.
 
-    python bench/train.py [--epochs 10] [--params params.yaml]
+    python bench/train.py [--epochs 10] [--params params.yaml] [--shards]
+
+--shards: the stage's loop reads prepare's shards from disk (per-batch reads and
+normalisation, as the train stage does) while the bare loop indexes the same images held in
+memory, normalised once: the cost of streaming.
 """
-import statistics
 import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
+import statistics
 import time
 from pathlib import Path
 
@@ -45,7 +54,12 @@ def bare_step(model, opt, x, y, idx) -> float:
 @click.option("--params", "params_path", default="params.yaml", show_default=True,
               help="Params file whose train section the stage loop uses.")
 @click.option("--samples", default=1257, show_default=True, help="Train images in memory.")
-def main(epochs, params_path, samples):
+@click.option("--shards", is_flag=True,
+              help="The stage reads the images from prepare's shards on disk (stages/lib/"
+                   "shards.py, normalised per batch); the bare loop keeps them in memory.")
+@click.option("--image-size", default=16, show_default=True)
+@click.option("--channels", default=1, show_default=True, type=click.Choice(["1", "3"]))
+def main(epochs, params_path, samples, shards, image_size, channels):
     """Print stage samples/s, bare samples/s and their ratio."""
     import dataclasses
 
@@ -60,13 +74,30 @@ def main(epochs, params_path, samples):
     p = load("train", params_path)
     p = dataclasses.replace(p, epochs=epochs + 1, nproc=1)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(samples, 1, 16, 16, generator=g)
+    c, size = int(channels), image_size
+    x = torch.randn(samples, c, size, size, generator=g)
     y = torch.randint(0, 10, (samples,), generator=g)
-    meta = {"classes": [str(i) for i in range(10)], "channels": 1}
+    meta = {"classes": [str(i) for i in range(10)], "channels": c}
+    data = (x, y, x[:64], y[:64])
+    if shards:  # the same samples as uint8 shards; the bare loop gets them normalised in memory
+        import tempfile
+
+        from stages.lib.images import load_processed, normalize
+        from stages.lib.shards import write_processed
+
+        pixels = torch.randint(0, 256, (samples, size, size, c), generator=g,
+                               dtype=torch.uint8).numpy()
+        tmp = tempfile.mkdtemp(prefix="bench-shards-")
+        write_processed(tmp, {"train": (pixels, y.numpy()), "val": (pixels[:64], y[:64].numpy())},
+                        {**meta, "mean": [0.5] * c, "std": [0.5] * c})
+        x = torch.from_numpy(normalize(pixels, [0.5] * c, [0.5] * c))
+        x_train, y_train, _ = load_processed("train", tmp, torch=True)
+        x_val, y_val, _ = load_processed("val", tmp, torch=True)
+        data = (x_train, y_train, x_val, y_val)
     set_deterministic(p.deterministic)
     run = setup(p, meta, current(params_path))
     torch.manual_seed(p.seed)
-    bare_model = build_model(p.model, 10, 1)
+    bare_model = build_model(p.model, 10, c)
     bare_opt = make_optimizer(p, bare_model)
     steps = []  # per epoch: [(stage seconds, bare seconds, samples)]
     real_batches = augment.batches
@@ -91,7 +122,7 @@ def main(epochs, params_path, samples):
 
     augment.batches = paired
     try:
-        fit(p, run, (x, y, x[:64], y[:64]))
+        fit(p, run, data)
     finally:
         augment.batches = real_batches
     timed = [s for epoch in steps[1:] for s in epoch]
@@ -100,7 +131,8 @@ def main(epochs, params_path, samples):
     per_epoch = statistics.median(sum(b for _, b, _ in e) / sum(s for s, _, _ in e)
                                   for e in steps[1:])
     click.echo(f"threads {torch.get_num_threads()}, model {p.model}, batch {p.batch_size}, "
-               f"{samples} samples, {epochs} timed epochs ({len(timed)} step pairs)")
+               f"{samples} samples, {epochs} timed epochs ({len(timed)} step pairs)"
+               + (", stage reading shards" if shards else ""))
     click.echo(f"stage loop: {stage:9.1f} samples/s")
     click.echo(f"bare loop:  {bare:9.1f} samples/s")
     click.echo(f"ratio stage/bare: {stage / bare:.3f} (median of per-epoch ratios: "

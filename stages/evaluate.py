@@ -16,7 +16,6 @@ from stages.lib.params import load, params_option
 
 MODEL = Path("models/model.pt")
 TEST_SPLIT = Path("data/split/test.csv")
-TEST_IMAGES = Path("data/processed/test_x.npy")
 METRICS = Path("metrics/eval.json")
 DETAILS = Path("plots/eval")
 
@@ -31,11 +30,10 @@ def main(params_path):
     `evaluate.{batch_size,bad_cases,calibration_bins}` from the params file.
     """
     p = load("evaluate", params_path)
-    import numpy as np
-
     from stages.lib.images import load_processed
     from stages.lib.models import load_model, predict_logits
     from stages.lib.provenance import run_record, write_run_record
+    from stages.lib.shards import images_view
     from stages.tasks import current
 
     task = current(params_path)
@@ -45,8 +43,9 @@ def main(params_path):
     if len(paths) != len(y) or not len(y):
         raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
                          f"{len(y)} test images: run `dvc repro` to rebuild them.")
-    outputs = predict_logits(model, x, p.batch_size)
-    images = np.load(TEST_IMAGES, mmap_mode="r", allow_pickle=False)  # uint8, what the model saw
+    y = y[:]  # the targets (small: one per image); the pixels stay in the memory-mapped shards
+    outputs = predict_logits(model, x, p.batch_size)  # normalised batch by batch
+    images = images_view("test")  # uint8, what the model saw
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     write_json(METRICS, metrics)
     tmp = DETAILS.with_name(DETAILS.name + ".tmp")

@@ -216,7 +216,7 @@ def main(params_path):
         raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
                          f"{len(x)} test images: run `dvc repro` to rebuild them.")
     if p.parity_samples:
-        x, paths = x[:p.parity_samples], paths[:p.parity_samples]
+        x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
     origin = provenance(params_path, task)
     blob = onnx_bytes(exported, meta, task, origin)

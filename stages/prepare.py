@@ -1,53 +1,100 @@
 """Decode and resize every split image once into data/processed/ so training never decodes files.
 
-Writes <split>_x.npy (uint8 NxHxWxC), <split>_y.npy (the task's targets; classification: int64
-class indices) and meta.json (the task's meta, e.g. class names, plus image size, channels and
-the normalisation that every consumer applies).
+Writes fixed-size shards per split (stages/lib/shards.py): <split>/images-NNNNN.npy (uint8
+NxHxWxC, up to prepare.shard_size samples) and <split>/targets-NNNNN.npy (the task's targets;
+classification: int64 class indices), and meta.json (the task's meta, e.g. class names, plus
+image size, channels, the normalisation every consumer applies, counts and shard size).
+
+prepare.workers processes (0 = all cores) each decode and write whole shards; a shard's bytes
+depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
+per worker, whatever the dataset size.
 """
+import os
+import shutil
 from pathlib import Path
 
 import click
 
-from stages.lib.io import read_csv, write_bytes, write_json
+from stages.lib.io import read_csv, write_json
 from stages.lib.params import load, params_option
 
 SPLIT_DIR = Path("data/split")
 OUT_DIR = Path("data/processed")
 SPLITS = ("train", "val", "test")
 
+_WORKER = {}  # per process: the task's encoder and the prepare params
 
-def npy_bytes(array) -> bytes:
-    import io
 
-    import numpy as np
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
+
+def init_worker(params_path, meta, source, image_size, channels):
+    from stages.tasks import current
+
+    task = current(params_path)
+    _WORKER.update(encode=task.encoder(meta), dtype=task.target_dtype, source=Path(source),
+                   image_size=image_size, channels=channels)
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels):
-    """(uint8 NxHxWxC images, targets) of one split; encode(row, pixels) gives a target."""
+    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target."""
     import numpy as np
-    from tqdm import tqdm
 
     from stages.lib.images import load_image
 
     x = np.zeros((len(rows), image_size, image_size, channels), dtype=np.uint8)
     y = []
-    for i, r in enumerate(tqdm(rows, desc="prepare", unit="img", disable=None)):
+    for i, r in enumerate(rows):
         x[i] = load_image(source / r["path"], image_size, channels)
         y.append(encode(r, x[i]))
     return x, np.array(y, dtype=dtype)
 
 
+def write_shard(job) -> int:
+    """Decode one shard's rows and write its two files; the number of samples."""
+    from stages.lib.shards import IMAGES, TARGETS, save_npy, shard_name
+
+    split, k, rows = job
+    w = _WORKER
+    x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
+                         w["channels"])
+    save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
+    save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
+    return len(rows)
+
+
+def write_shards(splits, params_path, meta, source, p, workers: int) -> None:
+    """Every shard of every split, in `workers` processes (1 = in this process)."""
+    from tqdm import tqdm
+
+    jobs = [(name, k, rows[start:start + p.shard_size])
+            for name, rows in splits.items()
+            for k, start in enumerate(range(0, len(rows), p.shard_size))]
+    init = (params_path, meta, str(source), p.image_size, p.channels)
+    total = sum(len(r) for r in splits.values())
+    bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
+    if workers == 1 or len(jobs) <= 1:
+        init_worker(*init)
+        for job in jobs:
+            bar.update(write_shard(job))
+    else:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
+        with ctx.Pool(min(workers, len(jobs)), init_worker, init) as pool:
+            for n in pool.imap_unordered(write_shard, jobs):  # each job writes its own files
+                bar.update(n)
+    bar.close()
+
+
 @click.command()
 @params_option
 def main(params_path):
-    """Decode, convert and resize the split images into data/processed/.
+    """Decode, convert and resize the split images into shards under data/processed/.
 
-    Reads `task`, `data.source` and `prepare.{image_size,channels,mean,std}` from the params
-    file.
+    Reads `task`, `data.source` and `prepare.{image_size,channels,mean,std,shard_size,workers}`
+    from the params file.
     """
     from stages.tasks import current
 
@@ -56,16 +103,17 @@ def main(params_path):
     task = current(params_path)
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
     meta = task.prepare_meta(splits)
-    encode = task.encoder(meta)
-    for name, rows in splits.items():
-        x, y = prepare_split(rows, source, encode, task.target_dtype, p.image_size, p.channels)
-        write_bytes(OUT_DIR / f"{name}_x.npy", npy_bytes(x))
-        write_bytes(OUT_DIR / f"{name}_y.npy", npy_bytes(y))
+    task.encoder(meta)  # fail here, not in a worker, when the task cannot encode
+    shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
+    workers = p.workers or cpu_count()
+    write_shards(splits, params_path, meta, source, p, workers)
     write_json(OUT_DIR / "meta.json", {
         **meta, "image_size": p.image_size, "channels": p.channels,
         "mean": p.mean, "std": p.std, "counts": {n: len(r) for n, r in splits.items()},
+        "shard_size": p.shard_size,
     })
-    click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/")
+    click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "
+               f"({workers} worker{'s' if workers > 1 else ''})")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,16 @@ same bytes as one that never stopped, whatever train.num_workers is.
 Loud: the first non-finite loss or gradient stops the run naming the epoch, the step and the
 samples of the batch; last.pt keeps the last good state.
 
-Scales out: with train.nproc > 1 the stage re-runs itself under torchrun (DDP); rank 0 writes.
+Scales out: with train.nproc > 1 or train.nnodes > 1 the stage re-runs itself under torchrun
+(DDP; several machines meet at train.rdzv_endpoint); global rank 0 alone writes. Concurrent
+trainings (`dvc queue start -j N`) each take their share of the cores (stages/lib/cores.py).
 
 The task (stages/tasks/) builds the model and gives the loss and the validation metric; the
 loop, checkpoints, resume, DDP and the loud failure are the same for every task.
 
 Test hooks (stages/lib/hooks.py): KILL_AT_STEP and POISON.
 """
+import contextlib
 import math
 import os
 import time
@@ -157,12 +160,12 @@ def peak_memory_bytes(device) -> int:
 def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, world=1):
     """Train from run["state"]'s position to train.epochs.
 
-    data = (x_train, y_train, x_val, y_val) tensors; on_epoch(record, perf) after each epoch;
+    data = (x_train, y_train, x_val, y_val): tensors, or the indexable views of
+    stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
+    on_epoch(record, perf) after each epoch;
     on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
     "epoch". Raises NonFinite on the first non-finite loss or gradient (before the step).
     """
-    import contextlib
-
     import torch
     from tqdm import tqdm
 
@@ -315,21 +318,56 @@ def oom_message(p, device) -> str:
             f"effective batch, or set train.precision to bf16/fp16).")
 
 
-def relaunch_under_torchrun(p, params_path) -> None:
-    """Run this stage in train.nproc processes under torchrun, each in a private temp dir."""
-    import subprocess
+def torchrun_args(p, params_path) -> list[str]:
+    """The torchrun command of this stage: one machine (--standalone) or train.nnodes machines
+    meeting at train.rdzv_endpoint through the c10d rendezvous."""
     import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={p.nproc}"]
+    if p.nnodes == 1:
+        # --standalone picks a free rendezvous port: concurrent runs never meet
+        cmd.append("--standalone")
+    else:
+        # every machine runs the same params, so the id is the same on each, and differs
+        # between two runs with other params (they never join each other's rendezvous)
+        import hashlib
+        import json
+        from dataclasses import asdict
+
+        run_id = hashlib.sha256(json.dumps(asdict(p), sort_keys=True).encode()).hexdigest()[:16]
+        cmd += [f"--nnodes={p.nnodes}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={p.rdzv_endpoint}", f"--rdzv-id=train-{run_id}"]
+    return [*cmd, "-m", "stages.train", "--params", params_path]
+
+
+def relaunch_under_torchrun(p, params_path) -> None:
+    """Run this stage in train.nproc processes (per machine) under torchrun, each in a private
+    temp dir."""
+    import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="train-run-") as tmp:
-        # --standalone picks a free rendezvous port: concurrent runs never meet
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={p.nproc}", "-m", "stages.train", "--params", params_path]
-        click.echo(f"train: running {p.nproc} processes under torchrun")
-        rc = subprocess.call(cmd, env={**os.environ, "TMPDIR": tmp})
+        click.echo(f"train: running {p.nproc} processes under torchrun"
+                   + (f" on each of {p.nnodes} machines" if p.nnodes > 1 else ""))
+        rc = subprocess.call(torchrun_args(p, params_path), env={**os.environ, "TMPDIR": tmp})
     if rc != 0:
-        raise StageError(f"train under torchrun ({p.nproc} processes) failed with exit code "
-                         f"{rc}; the first error is printed above.")
+        raise StageError(f"train under torchrun ({p.nproc} x {p.nnodes} processes) failed with "
+                         f"exit code {rc}; the first error is printed above.")
+
+
+def set_threads(p) -> dict:
+    """This process's share of the cores (stages/lib/cores.py): intra- and inter-op threads
+    and DataLoader workers; what was chosen, for the run record."""
+    import torch
+
+    from stages.lib.cores import share
+
+    threads, jobs = share(p.threads, torch.get_num_threads())
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # set once per process, before any parallel work
+        torch.set_num_interop_threads(threads)
+    workers = min(p.num_workers, threads) if not p.threads else p.num_workers
+    return {"threads": threads, "concurrent_jobs": jobs, "num_workers": workers}
 
 
 def system_memory_bytes() -> int:
@@ -348,10 +386,9 @@ def main(params_path):
     logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
     """
     p = load("train", params_path)
-    if p.nproc > 1 and "LOCAL_RANK" not in os.environ:
+    if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(p, params_path)
         return
-    import contextlib
     import dataclasses
 
     import torch
@@ -365,6 +402,8 @@ def main(params_path):
 
     task = current(params_path)
     set_deterministic(p.deterministic)
+    cores = set_threads(p)
+    p = dataclasses.replace(p, num_workers=cores["num_workers"])
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if torch.cuda.is_available():
@@ -378,14 +417,17 @@ def main(params_path):
         dist.init_process_group("nccl" if device != "cpu" else "gloo")
     writer = rank == 0
 
-    x_train, y_train, meta = load_processed("train")
-    x_val, y_val, _ = load_processed("val")
-    data = [torch.from_numpy(a) for a in (x_train, y_train, x_val, y_val)]
+    # views over the memory-mapped shards: a batch is read and normalised when it is drawn
+    x_train, y_train, meta = load_processed("train", torch=True)
+    x_val, y_val, _ = load_processed("val", torch=True)
+    data = (x_train, y_train, x_val, y_val)
     if hooks.value("POISON"):
-        data[0][sample_paths().index(hooks.value("POISON"))] = float("inf")
-    params = {**dataclasses.asdict(p), "task": task.name}
+        x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))
+    # the thread count orders CPU float sums: the effective one, not train.threads' 0 (auto)
+    params = {**dataclasses.asdict(p), "task": task.name, "threads": cores["threads"]}
     # hidden files are other writers' temp files, not data
-    data_files = sorted(f for f in PROCESSED.iterdir() if not f.name.startswith("."))
+    data_files = sorted(f for f in PROCESSED.rglob("*")
+                        if f.is_file() and not f.name.startswith("."))
     data_files.append(TRAIN_SPLIT)
     if p.init_from:
         data_files.append(Path(p.init_from))
@@ -399,7 +441,7 @@ def main(params_path):
         for path in (ck.LAST, ck.BEST):
             path.unlink(missing_ok=True)
     click.echo(f"train: {message}")
-    record = {**run_record("train", p), "world_size": world, "device_name": device,
+    record = {**run_record("train", p), "world_size": world, **cores, "device_name": device,
               "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
               if device != "cpu" else system_memory_bytes(),
               "resume": message, "fingerprint": fingerprint, "status": "running", "epochs": []}

@@ -1,8 +1,6 @@
 """A tiny project state after `train`: real image files, the test split, data/processed and an
 untrained (seeded) model.pt, so evaluate and export can run as subprocesses in seconds."""
 import csv
-import io
-import json
 import shutil
 from pathlib import Path
 
@@ -20,6 +18,7 @@ def make_fake_project(root) -> Path:
 
     from stages.lib.images import load_image
     from stages.lib.models import save_model
+    from stages.lib.shards import write_processed
     from stages.tasks.classification.model import build_model
 
     root = Path(root)
@@ -38,15 +37,9 @@ def make_fake_project(root) -> Path:
         writer.writerows(rows)
     (root / "data/manifest.csv").write_text("path,label\n" + "".join(
         f"{r['path']},{r['label']}\n" for r in rows))
-    processed = root / "data/processed"
-    processed.mkdir(parents=True)
     x = np.stack([load_image(root / "data/source" / r["path"], 8, 1) for r in rows])
     y = np.array([CLASSES.index(r["label"]) for r in rows], dtype=np.int64)
-    for name, arr in (("test_x", x), ("test_y", y)):
-        buf = io.BytesIO()
-        np.save(buf, arr, allow_pickle=False)
-        (processed / f"{name}.npy").write_bytes(buf.getvalue())
-    (processed / "meta.json").write_text(json.dumps(META))
+    write_processed(root / "data/processed", {"test": (x, y)}, META, shard_size=5)  # 3 shards
     torch.manual_seed(0)
     model = build_model("small_cnn", len(CLASSES), 1).eval()
     save_model(root / "models/model.pt", model, {**META, "model": "small_cnn"})

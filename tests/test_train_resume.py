@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from stages.lib.io import write_csv
+from stages.lib.shards import write_processed
 from tests.conftest import run_stage
 
 STEPS_PER_EPOCH = 6
@@ -26,15 +27,15 @@ KILLED = -9
 def make_tiny(root, train=None):
     """data/processed + data/split/train.csv + params.yaml for a 2-class 8x8 problem."""
     rng = np.random.default_rng(0)
+    arrays = {}
     for split, n in (("train", 48), ("val", 16)):
         y = np.arange(n) % 2
         x = (rng.integers(0, 100, (n, 8, 8, 1)) + 120 * y[:, None, None, None]).astype(np.uint8)
-        (root / "data/processed").mkdir(parents=True, exist_ok=True)
-        np.save(root / f"data/processed/{split}_x.npy", x, allow_pickle=False)
-        np.save(root / f"data/processed/{split}_y.npy", y.astype(np.int64), allow_pickle=False)
+        arrays[split] = (x, y.astype(np.int64))
     meta = {"classes": ["a", "b"], "image_size": 8, "channels": 1, "mean": [0.5], "std": [0.5],
-            "counts": {"train": 48, "val": 16, "test": 0}}
-    (root / "data/processed/meta.json").write_text(json.dumps(meta))
+            "counts": {"test": 0}}
+    # shards of 20: batches of 8 straddle shard ends, the val split has a short one
+    write_processed(root / "data/processed", arrays, meta, shard_size=20)
     write_csv(root / "data/split/train.csv",
               [{"path": f"{'ab'[i % 2]}/{i:03d}.png", "label": "ab"[i % 2]} for i in range(48)],
               ["path", "label"])
@@ -151,11 +152,11 @@ def test_lr_change_after_interruption_starts_fresh(tmp_path):
 def test_changed_data_starts_fresh_and_names_the_file(baseline, tmp_path):
     root = make_tiny(tmp_path, {"epochs": 1})
     assert train_stage(root).returncode == 0
-    y = np.load(root / "data/processed/train_y.npy")
-    np.save(root / "data/processed/train_y.npy", 1 - y, allow_pickle=False)
+    shard = root / "data/processed/train/targets-00001.npy"
+    np.save(shard, 1 - np.load(shard), allow_pickle=False)
     proc = train_stage(root)
     assert "starting fresh" in proc.stdout
-    assert "the data changed (data/processed/train_y.npy)" in proc.stdout
+    assert "the data changed (data/processed/train/targets-00001.npy)" in proc.stdout
 
 
 def test_torchrun_with_two_processes_writes_one_set_of_outs(tmp_path):
@@ -171,3 +172,37 @@ def test_torchrun_with_two_processes_writes_one_set_of_outs(tmp_path):
     assert len(acc) == 1 + 2
     assert json.loads((root / "metrics/train.json").read_text())["epochs"] == 2
     shutil.rmtree(root / "data")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_equal_one_node_with_two_processes(tmp_path):
+    """torchrun's c10d rendezvous with two "machines" (two local torchrun processes on
+    127.0.0.1, one process each) trains the same bytes as one machine with two processes and
+    the same global batch; only global rank 0 writes outs. threads: 1 in both, as torchrun
+    gives each of two processes on one machine (the thread count orders CPU float sums)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    one = make_tiny(tmp_path / "one", {"nproc": 2, "epochs": 2, "threads": 1})
+    assert train_stage(one).returncode == 0
+    two = make_tiny(tmp_path / "two", {"nnodes": 2, "epochs": 2, "threads": 1,
+                                       "rdzv_endpoint": f"127.0.0.1:{free_port()}"})
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    nodes = [subprocess.Popen([sys.executable, "-m", "stages.train"], cwd=two, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    logs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], logs
+    assert any("on each of 2 machines" in log for log in logs)
+    assert outs(two) == outs(one)
+    record = json.loads((two / "logs/train.json").read_text())
+    assert record["world_size"] == 2 and record["threads"] == 1

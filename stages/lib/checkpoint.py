@@ -19,7 +19,7 @@ LAST = CHECKPOINT_DIR / "last.pt"
 BEST = CHECKPOINT_DIR / "best.pt"
 
 # train params that cannot change the weights: a run may resume with another value
-RESULT_NEUTRAL = ("num_workers", "checkpoint_every_steps")
+RESULT_NEUTRAL = ("num_workers", "checkpoint_every_steps", "rdzv_endpoint")
 
 
 def code_files() -> list[Path]:

@@ -205,14 +205,11 @@ def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
-def load_processed(split: str, root="data/processed"):
-    """(normalised float32 NxCxHxW, int64 labels, meta) of one split written by prepare."""
-    from pathlib import Path
+def load_processed(split: str, root="data/processed", torch: bool = False):
+    """(normalised images, targets, meta) of one split written by prepare: indexable views over
+    its memory-mapped shards (stages/lib/shards.py), never the whole split in memory.
+    `x[i]`, `x[a:b]`, `x[indices]` give float32 (N)xCxHxW, normalised per batch; `y[...]` the
+    task's targets; numpy arrays, or torch tensors with torch=True."""
+    from stages.lib.shards import load_split
 
-    from stages.lib.io import read_json
-
-    root = Path(root)
-    meta = read_json(root / "meta.json")
-    x = np.load(root / f"{split}_x.npy", allow_pickle=False)
-    y = np.load(root / f"{split}_y.npy", allow_pickle=False)
-    return normalize(x, meta["mean"], meta["std"]), y, meta
+    return load_split(split, root, torch)

@@ -86,6 +86,8 @@ class Prepare:
     channels: int = knob(1, choices=(1, 3))  # 1 = greyscale, 3 = RGB
     mean: list[float] = knob([0.5])
     std: list[float] = knob([0.5])
+    shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
+    workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
 
     def problems(self) -> list[str]:
         if len(self.mean) != self.channels or len(self.std) != self.channels:
@@ -123,13 +125,20 @@ class Train:
     freeze_backbone: bool = False  # with init_from: train only the head
     checkpoint_every_steps: int = knob(0, at_least=0)  # also last.pt every N steps; 0 = epochs
     best_metric: str = knob("val_metric", choices=("val_metric", "val_loss"))  # picks best.pt
-    nproc: int = knob(1, at_least=1)  # processes; > 1 runs under torchrun (DDP)
+    nproc: int = knob(1, at_least=1)  # processes per machine; > 1 runs under torchrun (DDP)
+    nnodes: int = knob(1, at_least=1)  # machines; > 1 meets at train.rdzv_endpoint (c10d)
+    rdzv_endpoint: str = ""  # host:port of the c10d rendezvous (on the first machine)
+    threads: int = knob(0, at_least=0)  # intra-op threads per process; 0 = its share of cores
 
     def problems(self) -> list[str]:
         out = []
-        if self.batch_size < self.nproc:
+        if self.batch_size < self.nproc * self.nnodes:
             out.append(f"train.batch_size ({self.batch_size}) is the global batch, split over "
-                       f"train.nproc ({self.nproc}) processes: make it at least train.nproc")
+                       f"train.nproc x train.nnodes ({self.nproc} x {self.nnodes}) processes: "
+                       f"make it at least their product")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            out.append("train.nnodes > 1 needs train.rdzv_endpoint (host:port of the "
+                       "rendezvous, reachable from every machine)")
         if self.warmup_epochs >= self.epochs:
             out.append(f"train.warmup_epochs must be below train.epochs ({self.epochs}), "
                        f"got {self.warmup_epochs}")

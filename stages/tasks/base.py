@@ -42,7 +42,7 @@ class Task:
     checks: dict = {}  # {check: (kind, description)}: the task's own validate checks
     annotation_errors: tuple = ()  # error kinds read_annotations may set (blocking checks)
     meta_keys: tuple = ()  # keys of data/processed/meta.json the task owns; models carry them
-    target_dtype = "int64"  # numpy dtype of the stored targets (data/processed/<split>_y.npy)
+    target_dtype = "int64"  # numpy dtype of the stored targets (data/processed/<split>/targets-*)
     val_metric = "metric"  # train logs val/<val_metric> and metrics/train.json val_<val_metric>
     val_higher_is_better = True
     output_names = ("logits",)  # the ONNX graph's outputs

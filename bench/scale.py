@@ -1,0 +1,220 @@
+"""How the data path scales: ingest, validate, split, prepare and train on synthetic trees of N.
+
+    python bench/scale.py                          # N = 25,000 and 100,000 (the issue's sizes)
+    python bench/scale.py --sizes 5000,20000       # what fits in a shorter session
+
+For each N it writes a tree of N RGB JPEGs of 200-400 px in 10 classes (seeded: smooth random
+pictures, so no two are near-duplicates), copies the project, points data.source at the tree,
+prepares at --image-size px RGB and runs each stage as its own process, like DVC does:
+ingest, validate, split, prepare, then train for one epoch. It prints, per N:
+
+- seconds per 1,000 files of ingest, validate, split and prepare;
+- peak RSS of each stage: the largest sum of the resident memory of the stage's process and
+  its children (prepare's and ingest's workers), sampled every 50 ms;
+- prepare's speed against a single-process decode loop (stages.lib.images.load_image over the
+  first --decode-sample train files, nothing written): target >= 1.6 on 2 cores;
+- train's first-epoch images/s (the stage's own timing, logs/train.json) against a bare loop:
+  the same model, batch size, optimizer and thread count over the same images held in memory
+  as one uint8 array (normalised per batch), for --bare-steps steps: target >= 0.95.
+
+At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
+prepare and train). Timings share the machine with whatever else runs.
+"""
+import sys
+
+# ruff: noqa: E402
+# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
+import json
+import os
+import subprocess
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import click
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CLASSES = 10
+STAGES = ("ingest", "validate", "split", "prepare", "train")
+
+
+def write_jpeg(job):
+    """One seeded picture: 6x6 random colours, bilinear-upscaled to a random 200-400 px."""
+    import numpy as np
+    from PIL import Image
+
+    path, seed = job
+    rng = np.random.default_rng(seed)
+    w, h = (int(v) for v in rng.integers(200, 401, 2))
+    small = rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)
+    img = Image.fromarray(small, "RGB").resize((w, h), Image.Resampling.BILINEAR)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    img.save(path, format="JPEG", quality=90)
+
+
+def build_tree(root: Path, n: int) -> None:
+    done = root / ".complete"
+    if done.exists() and done.read_text() == str(n):
+        return
+    jobs = [(str(root / f"c{i % CLASSES}" / f"{i:07d}.jpg"), i) for i in range(n)]
+    with ProcessPoolExecutor() as pool:
+        list(pool.map(write_jpeg, jobs, chunksize=256))
+    done.write_text(str(n))
+
+
+def tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def run_stage(name: str, cwd: Path) -> tuple[float, int]:
+    """(seconds, peak RSS of the process tree) of `python -m stages.<name>` in cwd."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    tic = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", f"stages.{name}"], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss(proc.pid))
+        time.sleep(0.05)
+    seconds = time.perf_counter() - tic
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"{name} failed:\n{out[-3000:]}\n{err[-3000:]}")
+    return seconds, peak
+
+
+def decode_loop(project: Path, source: Path, count: int, size: int) -> float:
+    """Files/s of a single-process decode loop over the first `count` train files."""
+    from stages.lib.images import load_image
+    from stages.lib.io import read_csv
+
+    rows = read_csv(project / "data/split/train.csv")[:count]
+    tic = time.perf_counter()
+    for r in rows:
+        load_image(source / r["path"], size, 3)
+    return len(rows) / (time.perf_counter() - tic)
+
+
+def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
+    """Images/s of the plainest loop over the train images held in memory (uint8)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from stages.lib.images import normalize
+    from stages.lib.shards import images_view, load_split
+    from stages.tasks.classification.model import build_model
+
+    _, y_view, meta = load_split("train", project / "data/processed")
+    x = images_view("train", project / "data/processed")[:]  # the whole split, in memory
+    y = torch.from_numpy(np.asarray(y_view[:]))
+    torch.manual_seed(0)
+    model = build_model("small_cnn", len(meta["classes"]), meta["channels"])
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    order = torch.randperm(len(x))
+    warm = 5 if len(x) // batch_size > 10 else 1
+    steps = max(1, min(steps, len(x) // batch_size - warm))
+    seen, tic = 0, None
+    for s in range(steps + warm):
+        if s == warm:  # the first steps are warm-up
+            seen, tic = 0, time.perf_counter()
+        idx = order[s * batch_size:(s + 1) * batch_size].numpy()
+        xb = torch.from_numpy(normalize(x[idx], meta["mean"], meta["std"]))
+        loss = F.cross_entropy(model(xb), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        seen += len(idx)
+    return seen / (time.perf_counter() - tic)
+
+
+@click.command()
+@click.option("--sizes", default="25000,100000", show_default=True,
+              help="Comma-separated tree sizes N.")
+@click.option("--work", default="/tmp/scale-bench", show_default=True, type=click.Path(),
+              help="Where the trees and project copies go (trees are reused).")
+@click.option("--image-size", default=160, show_default=True)
+@click.option("--train-image-size", default=0, type=int,
+              help="Re-prepare at this size before train (0 = --image-size): small_cnn at 160 px "
+                   "trains at ~10-30 images/s on 2 CPU cores, too slow for an epoch of 100,000.")
+@click.option("--batch-size", default=64, show_default=True)
+@click.option("--decode-sample", default=2000, show_default=True)
+@click.option("--bare-steps", default=60, show_default=True)
+def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, bare_steps):
+    """Print per-N stage figures and the scaling ratios."""
+    from tools.project import copy_project
+
+    work = Path(work)
+    results = {}
+    for n in [int(s) for s in sizes.split(",")]:
+        tree = work / f"tree-{n}"
+        tic = time.perf_counter()
+        build_tree(tree, n)
+        click.echo(f"N={n}: tree ready ({time.perf_counter() - tic:.0f} s)")
+        project = work / f"project-{n}"
+        if project.exists():
+            import shutil
+
+            shutil.rmtree(project)
+        copy_project(ROOT, project, git_init=False, params={
+            "data.source": str(tree), "prepare.image_size": image_size, "prepare.channels": 3,
+            "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.5, 0.5, 0.5],
+            "train.epochs": 1, "train.batch_size": batch_size})
+        r = {}
+        for stage in STAGES:
+            if stage == "train" and train_image_size and train_image_size != image_size:
+                from tools.project import set_params
+
+                decode = decode_loop(project, tree, decode_sample, image_size)
+                set_params(project, {"prepare.image_size": train_image_size})
+                run_stage("prepare", project)
+                click.echo(f"  (re-prepared at {train_image_size} px for train)")
+            seconds, peak = run_stage(stage, project)
+            r[stage] = {"s_per_1000": seconds / n * 1000, "seconds": seconds, "peak_rss": peak}
+            click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 files"
+                       f"  peak RSS {peak / 2**20:7.0f} MiB")
+        record = json.loads((project / "logs/train.json").read_text())
+        stage_ips = record["epochs"][0]["samples_per_s"]
+        if not (train_image_size and train_image_size != image_size):
+            decode = decode_loop(project, tree, decode_sample, image_size)
+        prepare_fps = n / r["prepare"]["seconds"]
+        bare = bare_train(project, bare_steps, batch_size, 0.003)
+        r.update(decode_fps=decode, prepare_fps=prepare_fps, train_ips=stage_ips, bare_ips=bare,
+                 threads=record.get("threads"),
+                 processed_bytes=sum(f.stat().st_size for f in
+                                     (project / "data/processed").rglob("*") if f.is_file()),
+                 tree_bytes=sum(f.stat().st_size for f in tree.rglob("*.jpg")))
+        click.echo(f"  prepare {prepare_fps:.0f} files/s vs single-process decode loop "
+                   f"{decode:.0f} files/s: {prepare_fps / decode:.2f}x (target >= 1.6)")
+        click.echo(f"  train first epoch {stage_ips:.1f} images/s vs bare in-memory loop "
+                   f"{bare:.1f} images/s: {stage_ips / bare:.3f} (target >= 0.95)")
+        click.echo(f"  disk: JPEG tree {r['tree_bytes'] / 2**20:.0f} MiB, data/processed "
+                   f"{r['processed_bytes'] / 2**20:.0f} MiB")
+        results[n] = r
+    if len(results) > 1:
+        small, large = min(results), max(results)
+        for stage in STAGES:
+            ratio = results[large][stage]["peak_rss"] / results[small][stage]["peak_rss"]
+            click.echo(f"peak RSS {stage:9s} N={large} / N={small}: {ratio:.2f}"
+                       + (" (target <= 1.25)" if stage in ("prepare", "train") else ""))
+    (work / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Prepared data on disk as fixed-size shards, read by memory map: task-agnostic shard I/O.
+
+Layout of data/processed/ (written by prepare, read by train, evaluate and export):
+
+    meta.json                      the task's meta + image_size, channels, mean, std, counts,
+                                   shard_size
+    <split>/images-00000.npy       uint8 N x H x W x C, N <= shard_size (only the last is short)
+    <split>/targets-00000.npy      the task's targets of the same N samples (task.target_dtype)
+    ...
+
+Shard k holds samples [k * shard_size, (k + 1) * shard_size) of the split, in split order, so a
+sample's shard is index // shard_size. Every file is a pure function of its rows, the params and
+the code: the bytes are the same whatever the number of workers that wrote them.
+
+Readers never hold a split in memory: `load_split` gives views that read the samples a batch
+asks for with positioned reads from the shard files (the .npy header gives the offset), and the
+normalised view converts per batch. Views are picklable (files reopen in each DataLoader
+worker).
+Only numpy here.
+"""
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+IMAGES, TARGETS = "images", "targets"
+
+
+def shard_name(kind: str, k: int) -> str:
+    return f"{kind}-{k:05d}.npy"
+
+
+def save_npy(path: Path, array) -> None:
+    """np.save to a hidden temp file beside path, then rename: a reader never sees half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def write_split(root, split: str, images, targets, shard_size: int) -> int:
+    """Write in-memory arrays of one split as shards (tests and small tools); the count."""
+    root = Path(root)
+    for k, start in enumerate(range(0, len(images), shard_size)):
+        save_npy(root / split / shard_name(IMAGES, k), images[start:start + shard_size])
+        save_npy(root / split / shard_name(TARGETS, k), targets[start:start + shard_size])
+    return len(images)
+
+
+def write_processed(root, arrays: dict, meta: dict, shard_size: int = 1024) -> None:
+    """A whole data/processed/ from in-memory {split: (uint8 images, targets)} and the meta
+    (tests and tools; prepare writes shard by shard in worker processes)."""
+    from stages.lib.io import write_json
+
+    root = Path(root)
+    counts = {split: write_split(root, split, x, y, shard_size) for split, (x, y) in arrays.items()}
+    write_json(root / "meta.json", {**meta, "counts": {**meta.get("counts", {}), **counts},
+                                     "shard_size": shard_size})
+
+
+def shard_files(root, split: str) -> list[Path]:
+    """Every shard file of a split, in order (images and targets)."""
+    return sorted((Path(root) / split).glob("*.npy"))
+
+
+class Split:
+    """The shards of one split, read with positioned reads (os.preadv straight into the batch's
+    buffer): a batch costs its own bytes, nothing of the split stays mapped into the process
+    (so its RSS does not grow with the dataset, as it would with np.load(mmap_mode="r"), whose
+    touched pages count as the process's resident memory). Files open on first use, in each
+    process that reads (DataLoader workers reopen them: a pickled Split carries no handles)."""
+
+    def __init__(self, root, split: str, count: int, shard_size: int):
+        self.root, self.split = Path(root), split
+        self.count, self.shard_size = count, shard_size
+        self.shards = (count + shard_size - 1) // shard_size
+        self._open = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "_open": {}}
+
+    def __del__(self):
+        for fd, *_ in getattr(self, "_open", {}).values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def file(self, kind: str, k: int):
+        """(fd, dtype, sample shape, data offset) of one shard file."""
+        key = (kind, k)
+        if key not in self._open:
+            path = self.root / self.split / shard_name(kind, k)
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(f)
+                offset = f.tell()
+            if fortran:
+                raise ValueError(f"{path}: Fortran-ordered array; prepare writes C order")
+            self._open[key] = (os.open(path, os.O_RDONLY), dtype, tuple(shape[1:]), offset)
+        return self._open[key]
+
+    def layout(self, kind: str):
+        _, dtype, inner, _ = self.file(kind, 0)
+        return dtype, inner
+
+    def _read(self, kind, k, first, n, into) -> None:
+        """Samples first..first+n of shard k into the contiguous array `into`."""
+        fd, dtype, inner, offset = self.file(kind, k)
+        size = dtype.itemsize * int(np.prod(inner, dtype=np.int64))
+        want = size * n
+        got = os.preadv(fd, [memoryview(into).cast("B")], offset + first * size)
+        if got != want:
+            raise OSError(f"{self.root / self.split / shard_name(kind, k)}: short read "
+                          f"({got} of {want} bytes): the shard is truncated; rerun prepare")
+
+    def gather(self, kind: str, key):
+        """Samples `key` (int, slice, or a sequence/array of ints) as a new numpy array."""
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (self.count if key < 0 else 0)
+            if not 0 <= i < self.count:
+                raise IndexError(f"{self.split} sample {key} of {self.count}")
+            return self.gather(kind, slice(i, i + 1))[0]
+        dtype, inner = self.layout(kind)
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.count)
+            if step == 1:
+                stop = max(start, stop)
+                out = np.empty((stop - start, *inner), dtype=dtype)
+                at = start
+                while at < stop:
+                    k, first = divmod(at, self.shard_size)
+                    n = min(stop - at, self.shard_size - first)
+                    self._read(kind, k, first, n, out[at - start:at - start + n])
+                    at += n
+                return out
+            key = range(start, stop, step)
+        index = np.asarray(key, dtype=np.int64).reshape(-1)
+        if len(index) and (index.min() < 0 or index.max() >= self.count):
+            raise IndexError(f"{self.split} samples out of range 0..{self.count - 1}")
+        out = np.empty((len(index), *inner), dtype=dtype)
+        for j, i in enumerate(index.tolist()):
+            k, first = divmod(i, self.shard_size)
+            self._read(kind, k, first, 1, out[j:j + 1])
+        return out
+
+
+class View:
+    """An indexable, picklable view of one split: `view[i]` one sample, `view[a:b]` or
+    `view[indices]` a batch, as numpy (or torch tensors when torch=True). kind "images": the
+    uint8 pixels as stored; "x": normalised float32 NxCxHxW (per batch, the same floats as
+    normalising the whole split); "targets": the stored targets."""
+
+    def __init__(self, split: Split, kind: str, mean=None, std=None, torch=False):
+        self.split, self.kind, self.mean, self.std, self.torch = split, kind, mean, std, torch
+        self.poisoned = set()  # sample indices read as +inf (train's POISON test hook)
+
+    def __len__(self):
+        return self.split.count
+
+    @property
+    def shape(self):
+        _, inner = self.split.layout(IMAGES if self.kind == "x" else self.kind)
+        if self.kind == "x":
+            inner = (inner[2], inner[0], inner[1])
+        return (self.split.count, *inner)
+
+    def head(self, n: int) -> "View":
+        """The first n samples (all when n is 0 or larger than the split)."""
+        split = self.split
+        if n and n < split.count:
+            split = Split(split.root, split.split, n, split.shard_size)
+        view = View(split, self.kind, self.mean, self.std, self.torch)
+        view.poisoned = self.poisoned
+        return view
+
+    def as_torch(self) -> "View":
+        view = View(self.split, self.kind, self.mean, self.std, torch=True)
+        view.poisoned = self.poisoned
+        return view
+
+    def __getitem__(self, key):
+        if self.torch and hasattr(key, "numpy"):  # a torch index tensor
+            key = key.numpy()
+        one = isinstance(key, (int, np.integer))
+        data = self.split.gather(IMAGES if self.kind == "x" else self.kind,
+                                 slice(key, key + 1) if one and key >= 0 else key)
+        if one and key < 0:
+            data = data[None]
+        if self.kind == "x":
+            from stages.lib.images import normalize
+
+            data = normalize(data, self.mean, self.std)
+            if self.poisoned:
+                rows = np.arange(self.split.count)[key if not one else slice(key, key + 1)]
+                for j, i in enumerate(np.atleast_1d(rows)):
+                    if int(i) % self.split.count in self.poisoned:
+                        data[j] = np.inf
+        if one:
+            data = data[0]
+        if self.torch:
+            import torch
+
+            return torch.from_numpy(np.asarray(data))  # fresh, contiguous; 0-d for a scalar
+        return data
+
+
+def load_split(split: str, root="data/processed", torch=False):
+    """(normalised images view, targets view, meta) of one split written by prepare."""
+    from stages.lib.io import read_json
+
+    root = Path(root)
+    meta = read_json(root / "meta.json")
+    if "shard_size" not in meta:
+        raise FileNotFoundError(f"{root}/meta.json has no shards (written by an older prepare): "
+                                f"run `dvc repro prepare` to rebuild {root}/")
+    data = Split(root, split, meta["counts"][split], meta["shard_size"])
+    x = View(data, "x", meta["mean"], meta["std"], torch)
+    y = View(data, TARGETS, torch=torch)
+    return x, y, meta
+
+
+def images_view(split: str, root="data/processed") -> View:
+    """The stored uint8 NxHxWxC pixels of one split (what the model saw, before normalising)."""
+    from stages.lib.io import read_json
+
+    meta = read_json(Path(root) / "meta.json")
+    return View(Split(root, split, meta["counts"][split], meta["shard_size"]), IMAGES)
