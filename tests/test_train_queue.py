@@ -22,12 +22,15 @@ def test_two_queued_experiments_run_at_once_without_clobbering(tmp_path):
     dvc(root, "exp", "run", "--queue", "-S", "train.lr=0.001", "-S", "train.nproc=2",
         "-n", "lr-low-ddp")
     dvc(root, "queue", "start", "-j", "2")
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        status = dvc(root, "queue", "status").stdout
-        if "Queued" not in status and "Running" not in status:
-            break
-        time.sleep(3)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = dvc(root, "queue", "status").stdout
+            if "Queued" not in status and "Running" not in status:
+                break
+            time.sleep(3)
+    finally:  # no worker outlives the test, even one idling on an empty queue
+        dvc(root, "queue", "stop", "--kill", check=False)
     assert status.count("Success") == 2, status + dvc(root, "queue", "logs", "lr-low-ddp",
                                                        check=False).stdout
     rows = {r["Experiment"]: r for r in csv.DictReader(

@@ -53,12 +53,22 @@ def set_params(root, overrides: dict) -> None:
 
 def dvc(cwd, *args, check: bool = True, python=None) -> subprocess.CompletedProcess:
     """Run DVC with this interpreter's environment (or that of `python`, a path to another
-    environment's interpreter) first on PATH, so stages find `python`."""
+    environment's interpreter) first on PATH, so stages find `python`.
+
+    Output goes through temp files, not pipes: `dvc queue start` leaves worker daemons that
+    inherit DVC's stdout, and a pipe would then stay open, and the call wait, until the last
+    worker exits (seen: a worker idling on after the queue was empty)."""
+    import tempfile
+
     python = str(python or sys.executable)
     bindir = str(Path(python).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-    proc = subprocess.run([python, "-m", "dvc", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.run([python, "-m", "dvc", *args], cwd=cwd, env=env, stdout=out,
+                              stderr=err, text=True)
+        out.seek(0)
+        err.seek(0)
+        proc.stdout, proc.stderr = out.read(), err.read()
     if check and proc.returncode != 0:
         raise RuntimeError(f"dvc {' '.join(args)} failed ({proc.returncode}):\n"
                            f"{proc.stdout}\n{proc.stderr}")
