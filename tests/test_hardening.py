@@ -466,7 +466,7 @@ def test_prepare_and_train_on_a_full_disk_end_with_one_line(tmp_path):
     (root / "params.yaml").write_text((root / "params.yaml").read_text().replace(
         "data/sample", "data/source"))
     # RLIMIT_FSIZE stands in for a full disk: a write past the limit fails with EFBIG
-    proc = stage_with_limit("prepare", root, 1000)
+    proc = stage_with_limit("prepare", root, 500)  # below one shard of 12 8x8 images
     assert proc.returncode == 1, proc.stderr
     line = one_line_error(proc)
     assert "data/processed/" in line and "Free space" in line, line

@@ -32,12 +32,17 @@ def shard_name(kind: str, k: int) -> str:
 
 
 def save_npy(path: Path, array) -> None:
-    """np.save to a hidden temp file beside path, then rename: a reader never sees half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-    os.replace(tmp, path)
+    """One shard as .npy, through io.write_bytes: a temp file beside path, fsync, rename, and a
+    full disk is a one-line error naming the path. (np.save straight into a file does not: its
+    tofile() ignores a short write, so a full disk left a truncated shard and exit 0.) A shard
+    is bounded by prepare.shard_size, so its bytes may sit in memory once."""
+    import io
+
+    from stages.lib.io import write_bytes
+
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    write_bytes(path, buf.getvalue())
 
 
 def write_split(root, split: str, images, targets, shard_size: int) -> int:
