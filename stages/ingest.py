@@ -35,7 +35,6 @@ MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
 FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error_kind", "error", "frames",
          "bits", "alpha", "phash"]
-GENERIC_ERRORS = ("empty", "undecodable", "too_large", "symlink", "not_regular", "unreadable")
 
 
 def manifest_fields(task) -> list[str]:

@@ -66,12 +66,6 @@ def probability_metrics(y_true, probs, bins: int) -> dict:
     return metrics
 
 
-def softmax(logits):
-    from scipy.special import softmax as _softmax
-
-    return _softmax(logits.astype("float64"), axis=1)
-
-
 def bad_case_rows(paths, y_true, probs, classes) -> list[dict]:
     """Every misclassified image: most confident mistake first, ties broken by path."""
     import numpy as np
@@ -141,7 +135,9 @@ def contact_sheet_png(images, rows: list[dict]) -> bytes:
 
 def evaluate(logits, y, paths, images, classes, p) -> tuple:
     """(headline, {file name: bytes}, summary line) of a test run: see Task.evaluate."""
-    probs = softmax(logits)
+    from stages.tasks.classification.outputs import softmax
+
+    probs = softmax(logits.astype("float64"))  # scipy's algorithm: exp(x - max) / sum
     pred = probs.argmax(1)
     metrics = {**headline_metrics(y, pred, len(classes)),
                **probability_metrics(y, probs, p.calibration_bins)}
