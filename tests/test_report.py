@@ -109,6 +109,9 @@ def test_data_and_training_numbers_are_the_runs(run):
     for check, n in validation["checks"].items():
         assert values[f"validation.{check}"] == n
     assert values["split.total"] == validation["valid"]
+    for pair, found in split["leakage"].items():  # the split's checks are shown too
+        assert values[f"leakage.{pair}.exact"] == found["exact"]
+        assert values[f"leakage.{pair}.near"] == found["near"]
     for key, value in load(run, "metrics/train.json").items():
         assert values[f"train.{key}"] == value
     # every dvclive tsv is a curve; its last value is shown
@@ -366,3 +369,29 @@ def assert_renders_cleanly(result):
     assert result["images"] and 0 not in result["images"], result["images"]
     own = [u for u in result["requests"] if not u.startswith("data:")]
     assert len(own) == 1 and own[0].startswith("file://"), own
+
+
+def test_split_balance_and_leakage_findings_are_shown():
+    """metrics/split.json's balance findings and leakage counts reach the page, each number
+    with its exact value; a clean split says so."""
+    found = {
+        "balance": {"checked": True, "z": 4.0, "slack": 0.01, "off_target": 1, "findings": [
+            {"class": "sneaker", "split": "test", "share": 0.039, "target": 0.15,
+             "tolerance": 0.03, "files": 7000,
+             "groups": [{"size": 4984, "files": 11075, "split": "train",
+                         "example": "sneaker/1.png", "key": "ab"}]}]},
+        "leakage": {"train-test": {"exact": 2, "near": 3,
+                                   "examples": ["a/1.png = b/9.png"]},
+                    "train-val": {"exact": 0, "near": 0, "examples": []}}}
+    page = Page(sections.split_checks(found))
+    assert page.values["balance.sneaker.test"] == 0.039
+    assert page.values["leakage.train-test.exact"] == 2
+    assert page.values["leakage.train-test.near"] == 3
+    assert page.values["leakage.train-val.near"] == 0
+    text = sections.split_checks(found)
+    assert "4984 in a group of 11075 in train (e.g. sneaker/1.png)" in text
+    assert "a/1.png = b/9.png" in text and "5 duplicates across splits" in text
+    clean = {"balance": {**found["balance"], "findings": [], "off_target": 0},
+             "leakage": {"train-test": {"exact": 0, "near": 0, "examples": []}}}
+    assert "every class share within tolerance" in sections.split_checks(clean)
+    assert "no duplicates across splits" in sections.split_checks(clean)

@@ -43,7 +43,7 @@ class Facts:
     manifest_rows: int
     quarantined: int
     validation: dict  # metrics/validation.json
-    split: dict  # metrics/split.json
+    split: dict  # metrics/split.json's counts per split and class
     curves: dict  # {metric: {series: [(step, value)]}}
     train: dict  # metrics/train.json
     eval: dict  # metrics/eval.json
@@ -60,6 +60,7 @@ class Facts:
     installed: dict  # {name: version or ""}
     python: str
     checks: dict  # {name: (kind, description)} of every validate check of the run's task
+    split_checks: dict | None = None  # metrics/split.json's balance and leakage findings
     git: dict | None = None  # only for the (untracked) experiments page
     experiments: list | None = None  # `dvc exp show --json`, likewise
 
@@ -78,6 +79,7 @@ def gather(params_path, out: Path, git: dict | None = None,
     task = get(task_of(raw_params, params_path))
     onnx = onnx_facts()
     headline, export, split = read_json(EVAL), read_json(EXPORT), read_json(SPLIT)
+    split_checks = {k: split[k] for k in ("balance", "leakage") if k in split}
     split = {k: v for k, v in split.items() if k in ("train", "val", "test")}  # counts
     manifest_sha, manifest_rows = manifest_facts()
     code_total, code_files = code_hashes()
@@ -89,7 +91,8 @@ def gather(params_path, out: Path, git: dict | None = None,
     eval_files = {p.name: p.read_bytes() for p in sorted(EVAL_DIR.glob("*")) if p.is_file()}
     return Facts(
         out=Path(out), manifest_sha256=manifest_sha, manifest_rows=manifest_rows,
-        quarantined=quarantined, validation=validation, split=split, curves=curves, train=train,
+        quarantined=quarantined, validation=validation, split=split, split_checks=split_checks,
+        curves=curves, train=train,
         eval=headline, eval_files=eval_files, task=task.name, export=export, onnx=onnx,
         params_rows=params_rows,
         params_sha256=params_sha, code_sha256=code_total, code_files=code_files,

@@ -142,6 +142,53 @@ def data(facts: Facts) -> str:
 <p>Every file, every problem: <a href="{esc(link)}">{esc(VALIDATION_HTML.as_posix())}</a>.</p>
 {table(["check", "kind", "files"], check_rows, "numeric") if check_rows else ""}
 <p class="muted small">Passed (0 files): {passed or "none"}</p></div>
+</div>
+{split_checks(facts.split_checks or {})}"""
+
+
+def split_checks(found: dict) -> str:
+    """metrics/split.json's balance check (per-class shares off target, with the groups
+    responsible) and the leakage between splits (exact and near duplicates, with examples)."""
+    if not found:
+        return ""
+    balance, leakage = found.get("balance", {}), found.get("leakage", {})
+    off = balance.get("findings", [])
+    if not balance.get("checked"):
+        verdict = '<span class="badge">not checked (the split is given or by time)</span>'
+    elif off:
+        verdict = f'<span class="badge warn">{len(off)} class shares off target</span>'
+    else:
+        verdict = '<span class="badge ok">every class share within tolerance</span>'
+    off_rows = []
+    for f in off:
+        groups = "; ".join(f"{g['size']} in a group of {g['files']} in {g['split']} "
+                           f"(e.g. {g['example']})" for g in f["groups"])
+        key = "balance.{}.{}".format(f["class"], f["split"])
+        target = "{} ± {}".format(fmt(f["target"]), fmt(f["tolerance"]))
+        off_rows.append(f'<tr class="flag"><td>{esc(f["class"])}</td><td>{esc(f["split"])}</td>'
+                        f"{num(key, f['share'])}<td>{esc(target)}</td><td>{esc(groups)}</td></tr>")
+    leak_rows, examples = [], []
+    for pair, o in sorted(leakage.items()):
+        flag = ' class="flag"' if o["exact"] or o["near"] else ""
+        leak_rows.append(f"<tr{flag}><td>{esc(pair)}</td>{num(f'leakage.{pair}.exact', o['exact'])}"
+                         f"{num(f'leakage.{pair}.near', o['near'])}</tr>")
+        examples += [f"<li>{esc(pair)}: {esc(e)}</li>" for e in o["examples"]]
+    leaked = sum(o["exact"] + o["near"] for o in leakage.values())
+    leak_verdict = ('<span class="badge ok">no duplicates across splits</span>' if not leaked
+                    else f'<span class="badge warn">{leaked} duplicates across splits</span>')
+    off_table = table(["class", "split", "share", "target", "largest groups"], off_rows,
+                      "numeric") if off_rows else ""
+    leak_table = table(["splits", "exact copies", "near duplicates"], leak_rows, "numeric")
+    listed = f'<ul class="small">{"".join(examples)}</ul>' if examples else ""
+    return f"""<div class="grid2">
+<div><h3>Split balance {verdict}</h3>
+<p class="muted small">A class's share of a split may be off its target by at most
+split.balance_z ({fmt(balance["z"])}) binomial standard deviations + {fmt(balance["slack"])}.
+</p>
+{off_table}</div>
+<div><h3>Leakage {leak_verdict}</h3>
+{leak_table}
+{listed}</div>
 </div>"""
 
 
