@@ -147,6 +147,33 @@ class NonFinite(Exception):
         self.info = info
 
 
+def agree_on_checkpoint(ckpt, message, fingerprint, rank, world):
+    """Every rank resumes from the same state. Only global rank 0 writes last.pt, and on
+    several machines torchrun may give rank 0 to another machine after a restart, so each rank
+    offers the checkpoint it can resume and the most advanced one (lowest rank on a tie) is
+    sent to all. Ranks whose data, code or params differ from rank 0's stop, naming why."""
+    import torch.distributed as dist
+
+    from stages.lib import checkpoint as ck
+
+    offers = [None] * world
+    dist.all_gather_object(offers, (fingerprint, ckpt["step"] if ckpt is not None else -1))
+    for other, (theirs, _) in enumerate(offers):
+        why = ck.mismatch(offers[0][0], theirs)
+        if why:
+            raise StageError(
+                f"train: rank {other} cannot train with rank 0: {why}. Every machine needs the "
+                f"same data/processed/, code, params and torch (and set train.threads when "
+                f"their core counts differ).")
+    best = max(range(world), key=lambda r: (offers[r][1], -r))
+    if offers[best][1] < 0:
+        return None, message
+    box = [ckpt, message] if rank == best else [None, None]
+    dist.broadcast_object_list(box, src=best)
+    where = "" if best == rank else f" (rank {best}'s copy, sent to rank {rank})"
+    return box[0], box[1] + where
+
+
 def peak_memory_bytes(device) -> int:
     import torch
 
@@ -435,8 +462,12 @@ def main(params_path):
 
     run = setup(p, meta, task, device)
     ckpt, message = ck.resumable(ck.LAST, fingerprint)
+    if world > 1:
+        ckpt, message = agree_on_checkpoint(ckpt, message, fingerprint, rank, world)
     if ckpt is not None:
         restore(run, ckpt)
+        if ckpt.get("rank_partial"):  # same world size: it is in the fingerprint
+            run["state"]["loss_sum"], run["state"]["seen"] = ckpt["rank_partial"][rank]
     elif writer:
         for path in (ck.LAST, ck.BEST):
             path.unlink(missing_ok=True)
@@ -455,9 +486,15 @@ def main(params_path):
     from dvclive import Live
 
     def on_checkpoint(kind):
+        partial = None
+        if world > 1:  # each rank's running loss of the epoch: a resume restores its own
+            import torch.distributed as dist
+
+            partial = [None] * world
+            dist.all_gather_object(partial, (run["state"]["loss_sum"], run["state"]["seen"]))
         if not writer:
             return
-        state = checkpoint(run, p, fingerprint)
+        state = {**checkpoint(run, p, fingerprint), "rank_partial": partial}
         if kind == "best":
             ck.save(ck.BEST, state)
         ck.save(ck.LAST, state)

@@ -206,3 +206,51 @@ def test_two_nodes_equal_one_node_with_two_processes(tmp_path):
     assert outs(two) == outs(one)
     record = json.loads((two / "logs/train.json").read_text())
     assert record["world_size"] == 2 and record["threads"] == 1
+
+
+def test_two_nodes_resume_with_the_checkpoint_on_one_machine(tmp_path):
+    """Two "machines" in two folders: only the one holding global rank 0 writes last.pt, and
+    after a kill -9 torchrun may give rank 0 to either. Every rank still resumes from the one
+    checkpoint (sent to the other machine), so the result equals one uninterrupted machine with
+    two processes. A machine whose data differs is named and stops."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    settings = {"epochs": 2, "threads": 1}
+    one = make_tiny(tmp_path / "one", {"nproc": 2, **settings})
+    assert train_stage(one).returncode == 0
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [make_tiny(tmp_path / name, {"nnodes": 2, "rdzv_endpoint": endpoint, **settings})
+             for name in ("a", "b")]
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+
+    def run_both(**extra):
+        procs = [subprocess.Popen([sys.executable, "-m", "stages.train"], cwd=node,
+                                  env={**env, **extra}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for node in nodes]
+        return [p.communicate(timeout=300)[0] for p in procs], [p.returncode for p in procs]
+
+    logs, codes = run_both(PIPELINE_TEST_KILL_AT_STEP="5")
+    assert all(code != 0 for code in codes), logs
+    holders = [node for node in nodes if (node / "models/checkpoints/last.pt").exists()]
+    assert len(holders) == 1, logs  # rank 0's machine alone wrote it
+    logs, codes = run_both()
+    assert codes == [0, 0], logs
+    assert sum("resuming from models/checkpoints/last.pt" in log for log in logs) == 2, logs
+    written = [node for node in nodes if (node / "models/model.pt").exists()]
+    assert len(written) == 1
+    assert outs(written[0]) == outs(one)
+
+    # a machine with other data is named, not trained with
+    for node in nodes:
+        shutil.rmtree(node / "models", ignore_errors=True)
+    shard = sorted((nodes[1] / "data/processed/train").glob("images-*.npy"))[0]
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\x01")
+    endpoint = f"127.0.0.1:{free_port()}"
+    for node in nodes:
+        set_train(node, {**TINY, "nnodes": 2, "rdzv_endpoint": endpoint, **settings})
+    logs, codes = run_both()
+    assert all(code != 0 for code in codes), logs
+    assert any("cannot train with rank 0: the data changed" in log for log in logs), logs
