@@ -74,10 +74,11 @@ class Detection(Task):
         if check == "no_labels":
             return "no boxes: a background image" + (" (no label file)" if row["boxes"] == ""
                                                       else "")
+        if check in self.annotation_errors:
+            return row["error"]
         if check == "unlabelled":
             return "no label file (validate.require_labels is true)"
-        where = "line" if row["path"].startswith("images/") else "annotation"
-        return "; ".join(f"{where} {at}: {why}"
+        return "; ".join(f"{'line ' if isinstance(at, int) else ''}{at}: {why}"
                          for at, why in self._found.get(check, {}).get(row["path"], []))
 
     def label_counts(self, rows):

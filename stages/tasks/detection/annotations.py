@@ -10,7 +10,7 @@ annotations are left out (neither truth nor error), an annotation of an unknown 
 row of its own (`coco_unknown_image`), a listed image that is not there is `missing`.
 
 Every box becomes [where, label, xc, yc, w, h] (normalised floats) in the manifest's `boxes`
-column (JSON): `where` is the label file's line number or the COCO annotation id, `label` the
+column (JSON): `where` is the label file's line number or "annotation <id>" (COCO), `label` the
 class name, or `#<id>` for a class id not in the names. A row that cannot be read is
 [where, "!", why]. validate judges them (checks.py); nothing here refuses a box.
 `annotation_sha256` is the hash of the image's label file (YOLO) or of its annotations as
@@ -168,9 +168,9 @@ def read_coco(source, listing, jsons) -> Annotations:
                     if not w or not h:
                         raise ValueError("the image has no width/height")
                 except (KeyError, ValueError, TypeError) as exc:
-                    boxes.append([ann.get("id"), "!", f"bad bbox: {exc}"])
+                    boxes.append([f"annotation {ann.get('id')}", "!", f"bad bbox: {exc}"])
                     continue
-                boxes.append([ann.get("id"), label, (x + bw / 2) / w, (y + bh / 2) / h,
+                boxes.append([f"annotation {ann.get('id')}", label, (x + bw / 2) / w, (y + bh / 2) / h,
                               bw / w, bh / h])
             canonical = dumps([{k: a[k] for k in sorted(a)} for a in anns]).encode()
             out.values[rel].update(

@@ -55,7 +55,7 @@ def box_frame(rows, ok, p):
                 "h_px": bh * h if bh > 0 else None,
                 "same": f"{r['path']}\t{label}\t{xc:.6f}\t{yc:.6f}\t{bw:.6f}\t{bh:.6f}"})
     columns = ["box", "malformed", "label", "x1", "y1", "x2", "y2", "w", "h", "w_px", "h_px",
-               "same"]
+               "same", "note"]
     return pd.DataFrame(records, columns=columns), where
 
 
