@@ -4,6 +4,7 @@ from stages.tasks.base import Task
 from stages.tasks.detection import checks
 
 MIN_SCORE = 0.001  # detections below this never count (mAP is computed over the rest)
+SCORE_TOL = 0.01  # export parity: matched detections' scores may differ by this much
 
 
 class Detection(Task):
@@ -155,27 +156,34 @@ class Detection(Task):
 
     def parity(self, reference, candidate, params_path):
         """Per image: (max |difference| of the matched detections' boxes and scores, whether
-        the detections at or above evaluate.score_threshold match one to one at IoU >= 0.99
-        with the same class and scores within 0.01). An unmatched detection is an infinite
+        they agree). Every detection at or above evaluate.score_threshold on either side must
+        match one on the other side (IoU >= 0.99, same class, score within SCORE_TOL; the
+        other side's list is taken down to threshold - SCORE_TOL, so a score that rounds
+        across the threshold does not fail). An unmatched detection is an infinite
         difference. The same decoding (threshold, NMS) as evaluate, predict and serve."""
         import numpy as np
 
         from stages.lib.params import load
         from stages.tasks.detection.boxes import detections, match
 
-        p = load("evaluate", params_path)
-
+        t = load("evaluate", params_path).score_threshold
+        loose = max(0.0, t - SCORE_TOL)
         diff = np.zeros(len(reference))
         agree = np.ones(len(reference), dtype=bool)
         for k, (a, b) in enumerate(zip(reference, candidate, strict=True)):
-            da, db = detections(a, p.score_threshold), detections(b, p.score_threshold)
-            pairs, unmatched = match(da, db, 0.99)
-            if unmatched:
-                agree[k], diff[k] = False, np.inf
-            elif pairs:
-                i, j = np.array(pairs).T
-                diff[k] = float(np.abs(da[i, :5].astype(np.float64) - db[j, :5]).max())
-                agree[k] = float(np.abs(da[i, 4].astype(np.float64) - db[j, 4]).max()) <= 0.01
+            worst = 0.0
+            for strict, other in ((detections(a, t), detections(b, loose)),
+                                  (detections(b, t), detections(a, loose))):
+                pairs, _ = match(strict, other, 0.99)
+                if len(pairs) < len(strict):
+                    agree[k], worst = False, np.inf
+                    break
+                if pairs:
+                    i, j = np.array(pairs).T
+                    gap = np.abs(strict[i, :5].astype(np.float64) - other[j, :5])
+                    worst = max(worst, float(gap.max()))
+                    agree[k] &= bool(gap[:, 4].max() <= SCORE_TOL)
+            diff[k] = worst
         return diff, agree
 
     def describe(self, outputs_row):
