@@ -170,8 +170,8 @@ def read_coco(source, listing, jsons) -> Annotations:
                 except (KeyError, ValueError, TypeError) as exc:
                     boxes.append([f"annotation {ann.get('id')}", "!", f"bad bbox: {exc}"])
                     continue
-                boxes.append([f"annotation {ann.get('id')}", label, (x + bw / 2) / w, (y + bh / 2) / h,
-                              bw / w, bh / h])
+                boxes.append([f"annotation {ann.get('id')}", label, (x + bw / 2) / w,
+                              (y + bh / 2) / h, bw / w, bh / h])
             canonical = dumps([{k: a[k] for k in sorted(a)} for a in anns]).encode()
             out.values[rel].update(
                 boxes=dumps(boxes), split=split if split in SPLITS else "",

@@ -5,7 +5,6 @@ offending box, and an image is blocked by its worst box. The reason names each o
 (the label file's line, or the COCO annotation id). Nothing is ever rewritten on disk.
 """
 import json
-from collections import Counter
 
 from stages.tasks.base import BLOCKING, WARNING
 
@@ -89,15 +88,11 @@ def box_findings(rows, ok, p) -> dict:
         return {}
     known = sorted({lab for lab in frame["label"].dropna() if not str(lab).startswith("#")})
     names = list(p.classes) or known
-    suite = box_suite(p, names)
-    merged = {}
-    for check, expectation in suite:  # box_outside etc. have several expectations
-        merged.setdefault(check, []).append(expectation)
-    found = {}
-    pairs = [(check, exp) for check, exps in merged.items() for exp in exps]
+    pairs = box_suite(p, names)  # box_outside etc. have several expectations
     hits = {}
-    for (check, _), (name, boxes) in zip(pairs, _run(frame, pairs, offenders), strict=True):
+    for (check, _), boxes in zip(pairs, _run(frame, pairs, offenders), strict=True):
         hits.setdefault(check, set()).update(boxes)
+    found = {}
     for check, boxes in hits.items():
         for b in sorted(boxes):
             path, at = where[b]
@@ -111,7 +106,7 @@ def _run(frame, pairs, offenders):
     several expectations of one check are kept apart."""
     named = [(f"{check}#{k}", exp) for k, (check, exp) in enumerate(pairs)]
     result = offenders(frame, named, "box")
-    return [(name, result[name]) for name, _ in named]
+    return [result[name] for name, _ in named]
 
 
 def why(check, box, p) -> str:

@@ -135,7 +135,7 @@ def grid_png(images, items, classes, title: str) -> bytes:
         grey = img.shape[-1] == 1
         ax.imshow(img[..., 0] if grey else img, cmap="gray" if grey else None, vmin=0,
                   vmax=255, interpolation="nearest")
-        for c, x1, y1, x2, y2 in t:
+        for _, x1, y1, x2, y2 in t:
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color="lime", lw=1))
         for x1, y1, x2, y2, s, c in d:
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color="red", lw=1))
