@@ -188,8 +188,11 @@ class Detection(Task):
 
     def describe(self, outputs_row):
         from stages.tasks.detection.boxes import detections
+        from stages.tasks.detection.outputs import DEFAULT_SCORE
 
-        return f"{len(detections(outputs_row, 0.5))} detections at score >= 0.5"
+        found = detections(outputs_row, DEFAULT_SCORE)
+        return (f"{len(found)} detections at score >= {DEFAULT_SCORE}"
+                + (f" (best {found[0, 4]:.3f})" if len(found) else ""))
 
     # ---- predict and serve
 
