@@ -144,15 +144,21 @@ def torchscript_logits(blob: bytes, x, batch_size: int):
                                for i in range(0, len(x), batch_size)])
 
 
-def compare(reference, candidate, atol: float, rtol: float, task) -> dict:
+def compare(reference, candidate, atol: float, rtol: float, task, params_path=None) -> dict:
     """Per-image comparison of two N x ... output arrays (numpy arrays of length N).
 
     abs: max |candidate - reference|; rel: abs / max |reference|; excess: abs beyond the
     tolerance atol + rtol * max |reference| (> 0 fails); agree: the task's decision agrees.
+    A task with its own Task.parity decides abs and agree; then only agree fails.
     """
     import numpy as np
 
     n = len(reference)
+    custom = task.parity(reference, candidate, params_path) if params_path else None
+    if custom is not None:
+        abs_diff, agree = custom
+        return {"abs": abs_diff, "rel": abs_diff, "excess": np.where(agree, -1.0, 0.0),
+                "agree": agree}
     diff = np.abs(candidate.astype(np.float64) - reference).reshape(n, -1)
     abs_diff = diff.max(axis=1)
     scale = np.abs(reference.astype(np.float64)).reshape(n, -1).max(axis=1)
@@ -161,11 +167,13 @@ def compare(reference, candidate, atol: float, rtol: float, task) -> dict:
             "agree": task.agree(reference, candidate)}
 
 
-def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str, task):
+def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str, task,
+                params_path=None):
     """(metrics, error message or "") comparing PyTorch outputs with each batch size's run."""
     import numpy as np
 
-    per_batch = {b: compare(reference, out, atol, rtol, task) for b, out in sorted(runs.items())}
+    per_batch = {b: compare(reference, out, atol, rtol, task, params_path)
+                 for b, out in sorted(runs.items())}
     abs_diff = np.max([c["abs"] for c in per_batch.values()], axis=0)
     rel_diff = np.max([c["rel"] for c in per_batch.values()], axis=0)
     excess = np.max([c["excess"] for c in per_batch.values()], axis=0)
@@ -223,14 +231,15 @@ def main(params_path):
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})
     metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b) for b in batches},
-                                 p.atol, p.rtol, paths, "ONNX (onnxruntime)", task)
+                                 p.atol, p.rtol, paths, "ONNX (onnxruntime)", task,
+                                 params_path)
     metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
     ts_blob = b""
     if p.torchscript:
         ts_blob = torchscript_bytes(exported, meta, task)
         ts_metrics, ts_error = parity_gate(
             reference, {b: torchscript_logits(ts_blob, x, b) for b in batches},
-            p.atol, p.rtol, paths, "TorchScript", task)
+            p.atol, p.rtol, paths, "TorchScript", task, params_path)
         metrics["torchscript"].update(ts_metrics)
         error = error or ts_error
     write_json(METRICS, metrics)

@@ -104,3 +104,47 @@ def copy_run(src, dest) -> Path:
 
     shutil.copytree(src, dest, symlinks=True, ignore=skip)
     return Path(dest)
+
+
+# --- detection (issue 18) ------------------------------------------------------------------
+
+DETECTION_TINY = {"sample.images": 40, "prepare.image_size": 64, "train.epochs": 1,
+                  "train.warmup_epochs": 0, "train.batch_size": 8}
+
+
+def detection_params(extra: dict | None = None) -> dict:
+    """The built-in detection sample's params (the task's sample_params) plus overrides."""
+    from stages.tasks.detection import Detection
+
+    return {**Detection.sample_params, **(extra or {})}
+
+
+def set_task(root, name: str) -> None:
+    """Set the top-level `task` key of root/params.yaml."""
+    import yaml
+
+    path = Path(root) / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    params["task"] = name
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+@pytest.fixture(scope="session")
+def detection_project(tmp_path_factory):
+    """A project copy with `task: detection` on which `dvc repro` ran once on a tiny built-in
+    sample (40 images at 64 px, 1 epoch), committed. Read-only: take a `copy_run` of it."""
+    from tools.project import copy_project, dvc, git
+
+    dest = copy_project(ROOT, tmp_path_factory.mktemp("detection") / "project",
+                        params=detection_params(DETECTION_TINY), git_init=False)
+    set_task(dest, "detection")
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "copy of the project")
+    proc = dvc(dest, "repro")
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
+        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
+        "report"]
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "tiny detection run")
+    return dest

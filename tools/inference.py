@@ -59,6 +59,19 @@ def open_regular(path):
     return io.BufferedReader(io.FileIO(fd, "rb"))
 
 
+class Pixels(np.ndarray):
+    """A model-input image that remembers its original (width, height): detection's boxes go
+    back to the original pixels. Behaves as the plain uint8 array everywhere else."""
+
+    source_size = None
+
+
+def sized(pixels: np.ndarray, size) -> np.ndarray:
+    out = pixels.view(Pixels)
+    out.source_size = (int(size[0]), int(size[1]))
+    return out
+
+
 def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """uint8 HxWxC from a path or a binary file object; raise BadImage naming what is wrong.
 
@@ -90,7 +103,7 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
     if hasattr(src, "seek"):
         src.seek(0)
     try:
-        return load_image(src, image_size, channels)
+        return sized(load_image(src, image_size, channels), (width, height))
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadImage("corrupt", message) from None
@@ -168,14 +181,18 @@ def load_drafted(src, image_size: int, channels: int, draft) -> np.ndarray:
     from stages.lib.images import load_image, to_model_mode
 
     try:
+        with Image.open(src) as img:
+            size = img.size
+        if hasattr(src, "seek"):
+            src.seek(0)
         if draft is None:
-            return load_image(src, image_size, channels)
+            return sized(load_image(src, image_size, channels), size)
         with Image.open(src) as img:
             img.draft("L" if channels == 1 else "RGB", draft)
             img = to_model_mode(img, channels)
             img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
             arr = np.asarray(img, dtype=np.uint8)
-        return arr.reshape(image_size, image_size, channels)
+        return sized(arr.reshape(image_size, image_size, channels), size)
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadImage("corrupt", message) from None
@@ -290,19 +307,22 @@ def load(backend: str, path=None, threads: int = 0) -> Model:
     raise StageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def decode(model: Model, outputs: np.ndarray, k: int) -> list[dict]:
+def decode(model: Model, outputs: np.ndarray, k: int, sizes=None) -> list[dict]:
     """The predictions of a batch of model outputs, one dict per image: the model's task
     decodes them (classification: label, score = its softmax probability, and the k most
     probable classes as topk, best first). The one place outputs become predictions
     (predict's rows, serve's answers)."""
-    return model.task.decode(outputs, model.meta, k)
+    meta = {**model.meta, "image_size": model.image_size,
+            "source_sizes": sizes or [None] * len(outputs)}
+    return model.task.decode(outputs, meta, k)
 
 
 def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
     """The prediction of each uint8 HxWxC image, in order."""
     if not images:
         return []
-    return decode(model, model.logits(np.stack(images)), k)
+    sizes = [getattr(img, "source_size", None) for img in images]  # original (w, h)
+    return decode(model, model.logits(np.stack(images)), k, sizes)
 
 
 def describe(model: Model, metrics_path=None) -> dict:

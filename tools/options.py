@@ -51,12 +51,15 @@ _MODEL_OPTIONS = [
                       "refuses it."),
     click.option("--top-k", type=click.IntRange(min=1), default=3, show_default=True,
                  help="Classes listed per image in `topk`, best first."),
+    click.option("--score-threshold", type=click.FloatRange(0, 1), default=None,
+                 help="Detection: keep boxes scoring at least this. Default: 0.3."),
 ]
 
 
 def model_options(func):
-    """Add --model, --backend, --threads, --max-pixels and --top-k (parameters model_path,
-    backend, threads, max_pixels, top_k) to a click command, in that order."""
+    """Add --model, --backend, --threads, --max-pixels, --top-k and --score-threshold
+    (parameters model_path, backend, threads, max_pixels, top_k, score_threshold) to a click
+    command, in that order."""
     for option in reversed(_MODEL_OPTIONS):
         func = option(func)
     return func

@@ -429,7 +429,7 @@ def write_failed(out: Path, exc: OSError) -> StageError:
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
 def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max_pixels,
-         retry_failed):
+         retry_failed, score_threshold):
     """Predict the class of every image in SOURCE... and write one row per image to --out.
 
     SOURCE is an image file, a folder (all files below it, recursively, sorted; hidden ones
@@ -456,6 +456,8 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     check_sources(sources)
     fmt = output_format(out, fmt)
     model = load(backend, model_path, threads)
+    if score_threshold is not None:
+        model.meta["score_threshold"] = score_threshold
     fields = output_fields(model)
 
     done, failed_before, retry = set(), set(), []

@@ -453,7 +453,7 @@ def return_freed_memory() -> None:
               default="info", show_default=True, help="uvicorn's log level.")
 def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
          max_batch, max_wait_ms, max_decode_mb, header_timeout, body_timeout,
-         keep_alive_timeout, limit_concurrency, threads, log_level):
+         keep_alive_timeout, limit_concurrency, threads, log_level, score_threshold):
     """Serve the model over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
@@ -472,6 +472,8 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
 
     return_freed_memory()
     model = load(backend, model_path, threads)
+    if score_threshold is not None:
+        model.meta["score_threshold"] = score_threshold
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
                      max_wait_ms, max_decode_mb)
     if warning:

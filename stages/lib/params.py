@@ -42,6 +42,7 @@ class Data:
 @dataclass(frozen=True)
 class Sample:
     per_class: int = knob(0, at_least=0)  # first N images of each class; 0 keeps all
+    images: int = knob(0, at_least=0)  # detection: images written; 0 = its default (1,000)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class Validate:
     max_imbalance: float = knob(20.0, at_least=1.0)  # largest class / smallest class, at most
     near_dup_distance: int = knob(4, at_least=-1, at_most=64)  # phash bits; -1 = off
     on_error: str = knob("fail", choices=("fail", "quarantine"))  # quarantine: list, go on
+    min_box_px: float = knob(2.0, at_least=0.0)  # detection: smallest box side, in pixels
+    box_tolerance: float = knob(0.01, at_least=0.0)  # detection: corners may pass 0-1 by this
+    require_labels: bool = False  # detection: an image with no label file blocks (not background)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,8 @@ class Evaluate:
     batch_size: int = knob(256, at_least=1)
     bad_cases: int = knob(16, at_least=0)  # worst mistakes drawn in plots/eval/bad_cases.png
     calibration_bins: int = knob(15, at_least=1)  # equal-width bins of the calibration error
+    # detection: precision/recall, drawn boxes, and the detections export's parity matches
+    score_threshold: float = knob(0.3, at_least=0.0, at_most=1.0)
 
 
 @dataclass(frozen=True)
@@ -185,7 +191,8 @@ STAGE_PARAMS = {
     "prepare": ("data.source", "prepare"),
     "train": ("train",),
     "evaluate": ("evaluate",),
-    "export": ("data", "split", "prepare", "train", "export"),  # hashed into the ONNX metadata
+    # hashed into the ONNX metadata; detection's parity gate matches boxes above the score
+    "export": ("data", "split", "prepare", "train", "export", "evaluate.score_threshold"),
 }
 
 

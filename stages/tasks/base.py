@@ -135,6 +135,13 @@ class Task:
 
         return np.ones(len(reference), dtype=bool)
 
+    def parity(self, reference, candidate, params_path):
+        """None (the default: export compares the outputs element by element, within
+        export.atol/rtol), or per item (max |difference| that counts, agrees): a task whose
+        outputs are not comparable element by element (detection: boxes matched one to one)
+        decides itself; an item fails when it disagrees."""
+        return None
+
     def describe(self, outputs_row) -> str:
         """One item's decision, for the parity gate's message."""
         return ""

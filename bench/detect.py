@@ -1,0 +1,124 @@
+"""Detection throughput, each against a baseline measured in the same run:
+
+1. the train stage's loop (stages.train.fit with the detection task: per-sample augmentation
+   moving boxes, NaN checks, LR schedule) against a bare loop of the same model (forward, loss,
+   backward, step on the same batches, no augmentation): images/s and their ratio (target >=
+   0.95 when augmentation is off: --no-aug);
+2. inference of the exported ONNX graph in onnxruntime against PyTorch eager, same images,
+   same batch size: images/s and their ratio.
+
+The images are the built-in sample's (drawn in memory), at the sample's params. The two loops
+alternate epoch by epoch, so a drifting machine hits both alike; the first epoch of each is
+warm-up. Prints `uptime`'s load so a reader can judge the machine.
+
+    python bench/detect.py [--images 128] [--epochs 3] [--no-aug]
+"""
+import sys
+
+# ruff: noqa: E402
+_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+@click.command()
+@click.option("--images", default=128, show_default=True, help="Train images (in memory).")
+@click.option("--epochs", default=3, show_default=True, help="Timed epochs per loop (+1 warm-up).")
+@click.option("--no-aug", is_flag=True, help="Augmentation off in the stage's loop too.")
+@click.option("--threads", default=2, show_default=True)
+def main(images, epochs, no_aug, threads):
+    import numpy as np
+    import torch
+
+    from stages.lib.params import Train
+    from stages.tasks.detection import TASK, Detection
+    from stages.tasks.detection.sample import draw
+    from stages.train import fit, setup
+
+    torch.set_num_threads(threads)
+    sp = Detection.sample_params
+    train = {k.split(".", 1)[1]: v for k, v in sp.items() if k.startswith("train.")}
+    p = Train(**{**train, "epochs": epochs + 1})
+    if no_aug:
+        p = dataclasses.replace(p, aug_hflip=0.0, aug_crop_scale=1.0)
+    pixels, targets = [], []
+    for i in range(images):
+        img, boxes = draw(i)
+        t = np.full((8, 5), -1, np.float32)
+        t[:len(boxes)] = np.array(boxes, np.float32).reshape(-1, 5)
+        pixels.append(img)
+        targets.append(t)
+    x = torch.from_numpy((np.stack(pixels).astype(np.float32) / 255 - 0.5) / 0.25).permute(
+        0, 3, 1, 2).contiguous()
+    y = torch.from_numpy(np.stack(targets))
+    meta = {"classes": ["circle", "square", "triangle"], "max_boxes": 8, "channels": 3}
+
+    run = setup(p, meta, TASK)
+    bare = TASK.build_model(p.model, meta)
+    opt = torch.optim.AdamW(bare.parameters(), lr=p.lr)
+    stage_s, bare_s = [], []
+    for epoch in range(epochs + 1):
+        run["state"]["epoch"], run["state"]["batch"] = epoch, 0
+        p_one = dataclasses.replace(p, epochs=epoch + 1)
+        tic = time.perf_counter()
+        fit(p_one, run, (x, y, x[:32], y[:32]))
+        stage = time.perf_counter() - tic
+        tic = time.perf_counter()
+        bare.train()
+        order = torch.randperm(images, generator=torch.Generator().manual_seed(epoch))
+        for b in range(0, images, p.batch_size):
+            idx = order[b:b + p.batch_size]
+            loss = TASK.loss(bare(x[idx]), y[idx], p)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        bare.eval()
+        with torch.no_grad():  # the stage validates each epoch: so does the baseline
+            TASK.val_sums(bare(x[:32]), y[:32])
+        bare_t = time.perf_counter() - tic
+        if epoch:
+            stage_s.append(stage)
+            bare_s.append(bare_t)
+    n = images * epochs
+    print(f"train: stage loop {n / sum(stage_s):.1f} img/s, bare loop {n / sum(bare_s):.1f} "
+          f"img/s, ratio {sum(bare_s) / sum(stage_s):.3f} (augmentation "
+          f"{'off' if no_aug else 'on'} in the stage loop, off in the bare loop)")
+
+    import onnxruntime as ort
+
+    from stages.export import onnx_bytes
+
+    model = run["model"].eval()
+    blob = onnx_bytes(model, {**meta, "image_size": 160, "mean": [0.5] * 3, "std": [0.25] * 3},
+                      TASK)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    session = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+    xs = x.numpy()
+    times = {"onnxruntime": 0.0, "torch": 0.0}
+    for rep in range(3):
+        for name in times:
+            tic = time.perf_counter()
+            for b in range(0, images, 32):
+                if name == "torch":
+                    with torch.no_grad():
+                        model(x[b:b + 32])
+                else:
+                    session.run(None, {"input": xs[b:b + 32]})
+            if rep:
+                times[name] += time.perf_counter() - tic
+    n = images * 2
+    print(f"predict: onnxruntime {n / times['onnxruntime']:.1f} img/s, torch eager "
+          f"{n / times['torch']:.1f} img/s, ratio {times['torch'] / times['onnxruntime']:.2f}")
+    print("load average:", " ".join(f"{v:.2f}" for v in os.getloadavg()))
+
+
+if __name__ == "__main__":
+    main()

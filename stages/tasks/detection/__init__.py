@@ -1,0 +1,221 @@
+"""Object detection: boxes from YOLO or COCO datasets, a small anchor-free detector of our own
+(CenterNet-style), COCO mAP on the fixed test split, boxes out of predict and serve."""
+from stages.tasks.base import Task
+from stages.tasks.detection import checks
+
+MIN_SCORE = 0.001  # detections below this never count (mAP is computed over the rest)
+SCORE_TOL = 0.01  # export parity: matched detections' scores may differ by this much
+
+
+class Detection(Task):
+    name = "detection"
+    annotation_fields = ("boxes", "annotation_sha256")
+    checks = checks.CHECKS
+    annotation_errors = ("orphan_label", "missing", "coco_unknown_image")
+    meta_keys = ("classes", "max_boxes")
+    target_dtype = "float32"
+    val_metric = "map50"
+    output_names = ("detections",)
+    agreement_name = "detection_agreement"
+    headline_metric = "map50"
+    # what the built-in sample needs besides `task: detection` (README, tests, acceptance run)
+    sample_params = {
+        "data.source": "data/sample", "prepare.image_size": 160, "prepare.channels": 3,
+        "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
+        "split.by": "given", "validate.near_dup_distance": -1,
+        "train.model": "centernet_small", "train.epochs": 40, "train.batch_size": 32,
+        "train.lr": 0.004, "train.warmup_epochs": 1, "train.aug_hflip": 0.5,
+        "train.aug_crop_scale": 0.6, "train.best_metric": "val_metric",
+        "export.atol": 0.001, "export.rtol": 0.001,
+    }
+
+    def __init__(self):
+        self._found = {}
+
+    def sample(self, params_path):
+        from stages.lib.params import load
+        from stages.tasks.detection.sample import shapes
+
+        return shapes(load("sample", params_path).images or 1000)
+
+    def read_annotations(self, source, listing):
+        from stages.tasks.detection.annotations import read_annotations
+
+        return read_annotations(source, listing)
+
+    def annotation_key(self, row):
+        return row["boxes"]
+
+    def check_columns(self, rows, ok, p):
+        self._found = checks.box_findings(rows, ok, p)
+        cols = {}
+        for check in checks.BOX_CHECKS:
+            bad = self._found.get(check, {})
+            cols[f"boxes_{check}"] = [len(bad.get(r["path"], ())) if g else None
+                                      for r, g in zip(rows, ok, strict=True)]
+        cols["box_count"] = [len(checks.boxes_of(r)) if g else None
+                             for r, g in zip(rows, ok, strict=True)]
+        cols["label_file"] = [(0 if r["boxes"] == "" else 1) if g and p.require_labels else None
+                              for r, g in zip(rows, ok, strict=True)]
+        return cols
+
+    def file_expectations(self, p):
+        import great_expectations as gx
+
+        e = gx.expectations
+        out = [(check, e.ExpectColumnValuesToBeBetween(column=f"boxes_{check}", max_value=0))
+               for check in checks.BOX_CHECKS]
+        out.append(("no_labels", e.ExpectColumnValuesToBeBetween(column="box_count",
+                                                                 min_value=1)))
+        out.append(("unlabelled", e.ExpectColumnValuesToBeBetween(column="label_file",
+                                                                  min_value=1)))
+        return out
+
+    def reason(self, check, row, p):
+        if check == "no_labels":
+            return "no boxes: a background image" + (" (no label file)" if row["boxes"] == ""
+                                                      else "")
+        if check in self.annotation_errors:
+            return row["error"]
+        if check == "unlabelled":
+            return "no label file (validate.require_labels is true)"
+        return "; ".join(f"{'line ' if isinstance(at, int) else ''}{at}: {why}"
+                         for at, why in self._found.get(check, {}).get(row["path"], []))
+
+    def label_counts(self, rows):
+        from collections import Counter
+
+        return dict(Counter(b[1] for r in rows for b in checks.boxes_of(r)
+                            if b[1] != "!" and not str(b[1]).startswith("#")))
+
+    # ---- prepare
+
+    def prepare_meta(self, splits):
+        classes = sorted({b[1] for rows in splits.values() for r in rows
+                          for b in checks.boxes_of(r)})
+        most = max((len(checks.boxes_of(r)) for rows in splits.values() for r in rows),
+                   default=0)
+        return {"classes": classes, "max_boxes": max(1, most)}
+
+    def encoder(self, meta):
+        import numpy as np
+
+        index = {c: i for i, c in enumerate(meta["classes"])}
+        most = meta["max_boxes"]
+
+        def encode(row, pixels):
+            """max_boxes x 5 [class, x1, y1, x2, y2] in the stored image's pixels; -1 pads."""
+            h, w = pixels.shape[:2]
+            out = np.full((most, 5), -1, dtype=np.float32)
+            for k, (_, label, xc, yc, bw, bh) in enumerate(checks.boxes_of(row)):
+                out[k] = (index[label], (xc - bw / 2) * w, (yc - bh / 2) * h,
+                          (xc + bw / 2) * w, (yc + bh / 2) * h)
+            return out
+
+        return encode
+
+    # ---- train
+
+    def build_model(self, name, meta):
+        from stages.tasks.detection.model import build_model
+
+        return build_model(name, len(meta["classes"]), meta["channels"])
+
+    def augment(self, x, y, p, seed):
+        from stages.tasks.detection.augment import augment
+
+        return augment(x, y, p, seed)
+
+    def loss(self, outputs, targets, p):
+        from stages.tasks.detection.model import loss
+
+        return loss(outputs, targets, outputs.shape[1] - 4)
+
+    def val_sums(self, outputs, targets):
+        """Eval-mode outputs are decoded detections: the metric is the batch's mAP50 (train
+        validates in one batch of up to 512 images), the "loss" 1 - mAP50."""
+        from stages.tasks.detection.metrics import truths
+        from stages.tasks.detection.boxes import ap_at, detections
+
+        out = outputs.float().cpu().numpy()
+        dets = [detections(o, MIN_SCORE) for o in out]
+        classes = int(max([int(d[:, 5].max()) + 1 for d in dets if len(d)] +
+                          [int(targets[..., 0].max().item()) + 1, 1]))
+        ap = ap_at(dets, truths(targets.cpu().numpy()), 0.5, classes)
+        n = len(out)
+        return (1 - ap) * n, ap * n
+
+    # ---- evaluate
+
+    def evaluate(self, outputs, targets, paths, images, meta, p):
+        from stages.tasks.detection.metrics import evaluate
+
+        return evaluate(outputs, targets, paths, images, meta["classes"], p)
+
+    # ---- export
+
+    def parity(self, reference, candidate, params_path):
+        """Per image: (max |difference| of the matched detections' boxes and scores, whether
+        they agree). Every detection at or above evaluate.score_threshold on either side must
+        match one on the other side (IoU >= 0.99, same class, score within SCORE_TOL; the
+        other side's list is taken down to threshold - SCORE_TOL, so a score that rounds
+        across the threshold does not fail). An unmatched detection is an infinite
+        difference. The same decoding (threshold, NMS) as evaluate, predict and serve."""
+        import numpy as np
+
+        from stages.lib.params import load
+        from stages.tasks.detection.boxes import detections, match
+
+        t = load("evaluate", params_path).score_threshold
+        loose = max(0.0, t - SCORE_TOL)
+        diff = np.zeros(len(reference))
+        agree = np.ones(len(reference), dtype=bool)
+        for k, (a, b) in enumerate(zip(reference, candidate, strict=True)):
+            worst = 0.0
+            for strict, other in ((detections(a, t), detections(b, loose)),
+                                  (detections(b, t), detections(a, loose))):
+                pairs, _ = match(strict, other, 0.99)
+                if len(pairs) < len(strict):
+                    agree[k], worst = False, np.inf
+                    break
+                if pairs:
+                    i, j = np.array(pairs).T
+                    gap = np.abs(strict[i, :5].astype(np.float64) - other[j, :5])
+                    worst = max(worst, float(gap.max()))
+                    agree[k] &= bool(gap[:, 4].max() <= SCORE_TOL)
+            diff[k] = worst
+        return diff, agree
+
+    def describe(self, outputs_row):
+        from stages.tasks.detection.boxes import detections
+        from stages.tasks.detection.outputs import DEFAULT_SCORE
+
+        found = detections(outputs_row, DEFAULT_SCORE)
+        return (f"{len(found)} detections at score >= {DEFAULT_SCORE}"
+                + (f" (best {found[0, 4]:.3f})" if len(found) else ""))
+
+    # ---- predict and serve
+
+    prediction_fields = {"boxes": "array"}
+
+    def empty_prediction(self):
+        return {"boxes": []}
+
+    def decode(self, outputs, meta, k):
+        from stages.tasks.detection.outputs import decode
+
+        return decode(outputs, meta)
+
+    # ---- report
+
+    def headline(self, facts):
+        return [("test mAP50", facts.eval.get("map50")),
+                ("test mAP50-95", facts.eval.get("map"))]
+
+    def report_sections(self, facts):
+        from stages.tasks.detection import report
+
+        return report.sections(facts)
+
+
+TASK = Detection()
