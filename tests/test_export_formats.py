@@ -238,3 +238,26 @@ def test_gpu_check_script_parses_and_prints_its_table_without_a_gpu(tmp_path):
     for line in table[2:]:
         assert line.split()[1] == "skipped" and line.endswith("skipped: no CUDA device"), line
     assert (tmp_path / "table.tsv").read_text().count("\n") == 7
+
+
+def test_int8_calibration_is_bit_stable_on_one_core(formats_project):
+    """Quantizing on one core writes the bytes the stage wrote with all of them: MinMax
+    calibration keeps exact extremes, and onnxruntime does not split a sum across threads."""
+    import shutil
+
+    if not shutil.which("taskset"):
+        pytest.skip("taskset is not installed")
+    code = (
+        "import sys\n"
+        "from stages.lib import formats\n"
+        "from stages.lib.images import load_processed\n"
+        "from stages.lib.params import load\n"
+        "x, _, _ = load_processed('train')\n"
+        "idx = formats.calibration_indices(len(x), load('export').calibration_samples, "
+        "load('train').seed)\n"
+        "blob = formats.int8_bytes(open('models/model.onnx', 'rb').read(), x[idx])\n"
+        "sys.exit(0 if blob == open('models/int8/model.int8.onnx', 'rb').read() else 9)\n")
+    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code],
+                          cwd=formats_project, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
