@@ -79,7 +79,7 @@ def runners(project: Path, threads: int, device: str) -> dict:
     if ir.is_file():
         rows["OpenVINO f32"] = ("openvino", formats.openvino_runner(ir, threads=threads))
     if device == "cuda":
-        gpu = model.to("cuda")
+        gpu = load_model(project / "models/model.pt")[0].to("cuda")  # a copy: eager stays
 
         def eager_cuda(x):
             with torch.no_grad():

@@ -130,10 +130,15 @@ def tensorrt_engine(onnx_blob: bytes, max_batch: int) -> bytes:
     """A serialized TensorRT engine of the ONNX model (FP16 kernels allowed), for batch sizes
     1 to max_batch. Engines are specific to the GPU and TensorRT version that built them, and
     builds pick kernels by timing: two builds may differ in bytes."""
-    import tensorrt as trt
-
     from stages.lib.io import StageError
 
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise StageError("export.formats lists tensorrt and a CUDA device is here, but the "
+                         "tensorrt package is not installed: pip install tensorrt-cu13 (the "
+                         "CUDA 13 build that matches torch), or drop tensorrt from "
+                         "export.formats.") from None
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(0)  # explicit batch: the only mode since TensorRT 10
