@@ -233,7 +233,6 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
     format, naming the image it most likely comes from. OpenVINO must also match onnxruntime
     within export.atol/rtol at batch 1 and export.parity_batch; int8 and TensorRT (FP16) move
     outputs by design, so their output differences are recorded, not gated."""
-
     from stages.lib import formats
     from stages.lib.images import load_processed
     from stages.lib.models import predict_logits
@@ -292,11 +291,10 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
         parity, error = parity_gate(onnx_out[:n_parity], runs, p.atol, p.rtol, paths, what,
                                     task, against="ONNX (onnxruntime)")
         size = sum(len(b) for b in made.values())
-        out[fmt] = {**parity, "against": "onnxruntime", "bytes": size}
-        if fmt == "openvino":
-            out[fmt]["gated_on_outputs"] = True
-            if error:
-                errors.append(error)
+        out[fmt] = {**parity, "against": "onnxruntime", "bytes": size,
+                    "gated_on_outputs": fmt == "openvino"}
+        if fmt == "openvino" and error:
+            errors.append(error)
         if fmt == "onnx_int8":
             out[fmt].update(size_ratio=round(size / len(blob), 4),
                             calibration_samples=len(calibration))
