@@ -39,10 +39,14 @@ CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/images.py",
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
+# The knobs of the other formats never change model.onnx: they stay out of its params hash, so
+# selecting a format leaves model.onnx's bytes as they were.
+FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
 
 
 def provenance(params_path, task) -> dict:
     """Deterministic hashes of the code, data manifest, params and weights behind the export."""
+    import dataclasses
     import hashlib
 
     from stages.lib.provenance import file_sha256, params_hash
@@ -53,7 +57,10 @@ def provenance(params_path, task) -> dict:
     task_code = [f.relative_to(root).as_posix() for f in code_files(task)]
     for path in sorted([*CODE_FILES, *task_code]):
         code.update(f"{path}\0{file_sha256(path)}\n".encode())
-    params = {s: params_hash(load(s, params_path)) for s in PROVENANCE_PARAMS}
+    sections = {s: dataclasses.asdict(load(s, params_path)) for s in PROVENANCE_PARAMS}
+    for key in FORMAT_KEYS:
+        del sections["export"][key]
+    params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
     return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
             "params_sha256": params_hash(params), "model_sha256": file_sha256(MODEL)}
@@ -168,8 +175,9 @@ def compare(reference, candidate, atol: float, rtol: float, task, params_path=No
 
 
 def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str, task,
-                params_path=None):
-    """(metrics, error message or "") comparing PyTorch outputs with each batch size's run."""
+                params_path=None, against: str = "PyTorch"):
+    """(metrics, error message or "") comparing the reference outputs (`against`: PyTorch's)
+    with each batch size's run."""
     import numpy as np
 
     per_batch = {b: compare(reference, out, atol, rtol, task, params_path)
@@ -188,10 +196,10 @@ def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: st
     worst = int(np.lexsort((-excess, agree))[0])
     batch = max(per_batch, key=lambda b: per_batch[b]["excess"][worst])
     decision = task.describe(reference[worst])
-    decisions = (f"; {decision} in PyTorch vs {task.describe(runs[batch][worst])} in {what}"
+    decisions = (f"; {decision} in {against} vs {task.describe(runs[batch][worst])} in {what}"
                  if decision else "")
     return metrics, (
-        f"export: {what} disagrees with PyTorch on {int(failing.sum())} of {len(failing)} test "
+        f"export: {what} disagrees with {against} on {int(failing.sum())} of {len(failing)} test "
         f"images. Worst image: {paths[worst]} (batch size {batch}: max |output diff| "
         f"{abs_diff[worst]:.3g}, allowed {abs_diff[worst] - excess[worst]:.3g} = export.atol "
         f"{atol:g} + export.rtol {rtol:g} * max|output|{decisions}). "
@@ -199,17 +207,137 @@ def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: st
         f"is the usual cause.")
 
 
+def format_shift(fmt: str) -> float:
+    """The EXPORT_FORMAT_SHIFT test hook's input shift for this format (0.0: none)."""
+    from stages.lib import hooks
+
+    name, _, shift = hooks.value("EXPORT_FORMAT_SHIFT").partition("=")
+    return float(shift) if name == fmt and shift else 0.0
+
+
+def worst_image(reference, candidate, paths, task, what: str) -> str:
+    """The image a metric loss most likely comes from: a changed decision first (the task's
+    agree()), then the largest output difference; with both decisions when the task has them."""
+    import numpy as np
+
+    n = len(reference)
+    diff = np.abs(candidate.astype(np.float64) - reference).reshape(n, -1).max(axis=1)
+    agree = task.agree(reference, candidate)
+    worst = int(np.lexsort((-diff, agree))[0])
+    decision = task.describe(reference[worst])
+    decisions = (f"; {decision} in PyTorch vs {task.describe(candidate[worst])} in {what}"
+                 if decision else "")
+    return (f"{paths[worst]} (max |output diff| {diff[worst]:.3g}{decisions}; "
+            f"{int((~agree).sum())} of {n} test images changed decision)")
+
+
+def other_formats(p, params_path, task, model, meta, blob, x, paths):
+    """({metrics/export.json keys}, [gate failures], {format: {file: bytes}}, [summaries]) of
+    export.formats besides ONNX.
+
+    Every model's headline metric (the task's, on the whole test split, through the task's own
+    evaluate()) is compared with PyTorch's: a drop over export.max_metric_drop fails the
+    format, naming the image it most likely comes from. OpenVINO must also match onnxruntime
+    within export.atol/rtol at batch 1 and export.parity_batch; int8 and TensorRT (FP16) move
+    outputs by design, so their output differences are recorded, not gated."""
+    from stages.lib import formats
+    from stages.lib.images import load_processed
+    from stages.lib.models import predict_logits
+    from stages.lib.shards import images_view
+
+    evaluate_p = load("evaluate", params_path)
+    _, y, _ = load_processed("test")
+    y, images, name = y[:], images_view("test"), task.headline_metric
+    higher = task.headline_higher_is_better
+
+    def score(outputs) -> float:
+        return float(task.evaluate(outputs, y, paths, images, meta, evaluate_p)[0][name])
+
+    def drop(value: float) -> float:
+        return round(value - pytorch if not higher else pytorch - value, 12)
+
+    x_parity = x.head(p.parity_samples)
+    n_parity, batches = len(x_parity), sorted({1, p.parity_batch})
+    torch_out = predict_logits(model, x, p.parity_batch)
+    onnx_out = formats.outputs(formats.onnx_runner(blob), x, p.parity_batch)
+    pytorch = score(torch_out)
+    headline = {"metric": name, "higher_is_better": higher, "samples": len(x),
+                "max_drop": p.max_metric_drop, "value": {"pytorch": pytorch}, "drop": {}}
+    out, errors, files, notes = {"headline": headline}, [], {}, []
+
+    def gate(fmt: str, candidate) -> None:
+        value = score(candidate)
+        headline["value"][fmt], headline["drop"][fmt] = value, drop(value)
+        if drop(value) > p.max_metric_drop:
+            what = formats.NAMES[fmt]
+            errors.append(
+                f"export: {what} loses {drop(value):.4g} of the test {name} against PyTorch "
+                f"({pytorch:.4f} -> {value:.4f}; export.max_metric_drop {p.max_metric_drop:g})."
+                f" Worst image: {worst_image(torch_out, candidate, paths, task, what)}.")
+
+    gate("onnx", onnx_out)
+    for fmt in (f for f in p.formats if f != "onnx"):
+        what = formats.NAMES[fmt]
+        if fmt == "tensorrt" and not formats.cuda_device():
+            out[fmt] = formats.NO_CUDA
+            notes.append(f"tensorrt {formats.NO_CUDA}")
+            continue
+        shift = format_shift(fmt)
+        source = formats.shifted_onnx(blob, shift) if shift else blob
+        calibration = None
+        if fmt == "onnx_int8":
+            train_x, _, _ = load_processed("train")
+            seed = load("train", params_path).seed
+            calibration = train_x[formats.calibration_indices(len(train_x),
+                                                              p.calibration_samples, seed)]
+        made = formats.convert(fmt, source, calibration=calibration, max_batch=p.parity_batch)
+        run = formats.runner(fmt, made)
+        full = formats.outputs(run, x, p.parity_batch)
+        runs = {b: full[:n_parity] if b == p.parity_batch else formats.outputs(run, x_parity, b)
+                for b in batches}
+        parity, error = parity_gate(onnx_out[:n_parity], runs, p.atol, p.rtol, paths, what,
+                                    task, params_path, against="ONNX (onnxruntime)")
+        size = sum(len(b) for b in made.values())
+        out[fmt] = {**parity, "against": "onnxruntime", "bytes": size,
+                    "gated_on_outputs": fmt == "openvino"}
+        if fmt == "openvino" and error:
+            errors.append(error)
+        if fmt == "onnx_int8":
+            out[fmt].update(size_ratio=round(size / len(blob), 4),
+                            calibration_samples=len(calibration))
+        gate(fmt, full)
+        files[fmt] = made
+        notes.append(f"{fmt} {size} bytes, {name} {headline['value'][fmt]:.4f} "
+                     f"(PyTorch {pytorch:.4f})")
+    return out, errors, files, notes
+
+
+def write_folder(folder: Path, files: dict) -> None:
+    """folder holding exactly `files` ({name: bytes}; none: empty), replaced whole."""
+    import shutil
+
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, data in sorted(files.items()):
+        write_bytes(tmp / name, data)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
 @click.command()
 @params_option
 def main(params_path):
     """Write models/model.onnx and metrics/export.json; fail when ONNX disagrees with PyTorch.
 
-    Reads `task` and `export.{atol,rtol,parity_samples,parity_batch,torchscript}` from the
-    params file. With `export.torchscript: true` it also writes models/torchscript/model.pt
+    Reads `task`, `export.*` and (with formats beyond onnx) `evaluate.*` and `train.seed` from
+    the params file. With `export.torchscript: true` it also writes models/torchscript/model.pt
     behind the same gate (the folder is always written, empty when disabled, so DVC's outs stay
-    the same).
+    the same). `export.formats` adds models/openvino/, models/int8/ and models/tensorrt/ (each
+    always written, empty unless selected), each behind its gate (stages/lib/formats.py).
     """
     p = load("export", params_path)
+    from stages.lib.formats import FOLDERS
     from stages.lib.images import load_processed
     from stages.lib.models import load_model, predict_logits
     from stages.lib.provenance import run_record, write_run_record
@@ -218,11 +346,12 @@ def main(params_path):
     task = current(params_path)
 
     model, meta = load_model(MODEL)
-    x, _, _ = load_processed("test")
-    paths = [r["path"] for r in read_csv(TEST_SPLIT)]
-    if len(paths) != len(x) or not len(x):
-        raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
-                         f"{len(x)} test images: run `dvc repro` to rebuild them.")
+    x_test, _, _ = load_processed("test")
+    test_paths = [r["path"] for r in read_csv(TEST_SPLIT)]
+    if len(test_paths) != len(x_test) or not len(x_test):
+        raise StageError(f"{TEST_SPLIT} lists {len(test_paths)} images but data/processed "
+                         f"holds {len(x_test)} test images: run `dvc repro` to rebuild them.")
+    x, paths = x_test, test_paths
     if p.parity_samples:
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
@@ -234,6 +363,7 @@ def main(params_path):
                                  p.atol, p.rtol, paths, "ONNX (onnxruntime)", task,
                                  params_path)
     metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
+    errors = [error] if error else []
     ts_blob = b""
     if p.torchscript:
         ts_blob = torchscript_bytes(exported, meta, task)
@@ -241,22 +371,32 @@ def main(params_path):
             reference, {b: torchscript_logits(ts_blob, x, b) for b in batches},
             p.atol, p.rtol, paths, "TorchScript", task, params_path)
         metrics["torchscript"].update(ts_metrics)
-        error = error or ts_error
+        errors += [ts_error] if ts_error else []
+    files, notes = {}, []
+    if [f for f in p.formats if f != "onnx"] and not errors:
+        extra, format_errors, files, notes = other_formats(p, params_path, task, model,
+                                                           meta, blob, x_test, test_paths)
+        metrics.update(extra)
+        errors += format_errors
     write_json(METRICS, metrics)
     write_run_record("export", {**run_record("export", p), "provenance": origin,
-                                "metrics": metrics, "passed": not error})
-    if error:
-        raise StageError(f"{error} {ONNX} was not written.")
+                                "metrics": metrics, "passed": not errors})
+    if errors:
+        raise StageError(" ".join(errors) + f" {ONNX} and the other formats were not written.")
     write_bytes(ONNX, blob)
     TORCHSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
     if ts_blob:
         write_bytes(TORCHSCRIPT, ts_blob)
     else:
         TORCHSCRIPT.unlink(missing_ok=True)
+    for fmt, folder in FOLDERS.items():
+        write_folder(folder, files.get(fmt, {}))
     click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {batches}: max |diff| "
                f"{metrics['max_abs_diff']:.2e}, {task.agreement_name.replace('_', ' ')} "
                f"{metrics[task.agreement_name]:.3f} "
                f"on {len(x)} images" + (f"; also {TORCHSCRIPT}" if ts_blob else ""))
+    for note in notes:
+        click.echo(f"export: {note}")
 
 
 if __name__ == "__main__":

@@ -148,3 +148,26 @@ def detection_project(tmp_path_factory):
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "tiny detection run")
     return dest
+
+
+# export.formats (tests/test_export_formats.py): a few more images and epochs than TINY_RUN, so
+# the model is accurate enough that a perturbed conversion visibly loses accuracy; the metric
+# gate allows two test images of drift (int8 may flip a near-tie on another CPU type).
+FORMATS_RUN = {"sample.per_class": 30, "train.epochs": 4,
+               "export.formats": ["onnx", "openvino", "onnx_int8", "tensorrt"],
+               "export.max_metric_drop": 0.05, "export.calibration_samples": 64}
+
+
+@pytest.fixture(scope="session")
+def formats_project(tmp_path_factory):
+    """A committed project copy on which `dvc repro` ran once with FORMATS_RUN: model.onnx plus
+    models/openvino/, models/int8/ and (no GPU here) an empty models/tensorrt/. Read-only:
+    take a `copy_run` of it to change anything."""
+    from tools.project import copy_project, dvc, git
+
+    dest = copy_project(ROOT, tmp_path_factory.mktemp("formats") / "project",
+                        params=FORMATS_RUN)
+    dvc(dest, "repro")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "formats run")
+    return dest

@@ -6,6 +6,7 @@ that serves the exported model does not need PyTorch. Preprocessing is `stages.l
 that refuses decompression bombs before any pixel is decoded.
 """
 import errno
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
 TORCH_MODEL = Path("models/model.pt")
+OPENVINO_MODEL = Path("models/openvino/model.xml")  # export.formats: [..., openvino]
 META_KEYS = ("image_size", "channels", "mean", "std")  # the task adds its own (classes...)
 
 
@@ -252,17 +254,8 @@ def load_onnx(path, threads: int = 0) -> Model:
         session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise StageError(f"{path}: onnxruntime cannot load it: {exc}") from None
-    from stages.lib.params import DEFAULT_TASK
-    from stages.tasks import get
-
     props = session.get_modelmeta().custom_metadata_map
-    task = get(json.loads(props.get("task", json.dumps(DEFAULT_TASK))))
-    missing = [k for k in (*task.meta_keys, *META_KEYS) if k not in props]
-    if missing:
-        raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
-                         f"`python -m stages.export`.")
-    meta = {k: json.loads(props[k]) for k in META_KEYS}
-    task_meta = {k: json.loads(props[k]) for k in task.meta_keys}
+    task, meta, task_meta = task_and_meta(props, path)
     output = session.get_outputs()[0].name
     model_meta = session.get_modelmeta()
     info = {"producer": model_meta.producer_name, "graph": model_meta.graph_name,
@@ -298,10 +291,50 @@ def load_torch(path, threads: int = 0) -> Model:
                  **{k: meta[k] for k in META_KEYS})
 
 
+def task_and_meta(props: dict, path):
+    """(task, preprocessing meta, task meta) from an exported model's metadata
+    ({key: JSON string}), which the ONNX file and everything converted from it carry."""
+    from stages.lib.params import DEFAULT_TASK
+    from stages.tasks import get
+
+    task = get(json.loads(props.get("task", json.dumps(DEFAULT_TASK))))
+    missing = [k for k in (*task.meta_keys, *META_KEYS) if k not in props]
+    if missing:
+        raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
+                         f"`python -m stages.export`.")
+    return (task, {k: json.loads(props[k]) for k in META_KEYS},
+            {k: json.loads(props[k]) for k in task.meta_keys})
+
+
+def load_openvino(path, threads: int = 0) -> Model:
+    """The OpenVINO IR (model.xml beside model.bin) on OpenVINO's CPU plugin, in f32."""
+    from stages.lib import formats
+
+    path = Path(path)
+    if not path.is_file():
+        raise StageError(f"{path} not found: add openvino to export.formats and run the export "
+                         f"stage (`dvc repro export`), or pass --model.")
+    try:
+        props = formats.openvino_metadata(path)
+        run = formats.openvino_runner(path, threads=threads)
+    except Exception as exc:
+        raise StageError(f"{path}: OpenVINO cannot load it: {exc}") from None
+    task, meta, task_meta = task_and_meta(props, path)
+    ov = formats.import_openvino()
+    both = hashlib.sha256(f"{sha256_file(path)} {sha256_file(path.with_suffix('.bin'))}"
+                          .encode()).hexdigest()  # the graph and its weights
+    return Model("openvino", path.name, sha256=both,
+                 runner=run, info={"openvino": ov.get_version(), "precision": "f32"},
+                 task=task, meta=task_meta, **meta)
+
+
 def load(backend: str, path=None, threads: int = 0) -> Model:
-    """Load models/model.onnx (onnxruntime) or models/model.pt (torch), or the given path."""
+    """Load models/model.onnx (onnxruntime), models/model.pt (torch) or
+    models/openvino/model.xml (openvino), or the given path."""
     if backend == "onnxruntime":
         return load_onnx(path or ONNX_MODEL, threads)
+    if backend == "openvino":
+        return load_openvino(path or OPENVINO_MODEL, threads)
     if backend == "torch":
         return load_torch(path or TORCH_MODEL, threads)
     raise StageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")

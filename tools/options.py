@@ -10,7 +10,7 @@ import click
 
 from stages.lib.params import MAX_PIXELS, PARAMS_FILE
 
-BACKENDS = ("onnxruntime", "torch")
+BACKENDS = ("onnxruntime", "torch", "openvino")
 MAX_PIXELS_ORIGIN = f"validate.max_pixels of ./{PARAMS_FILE}, else {MAX_PIXELS}"
 
 
@@ -37,11 +37,13 @@ def default_max_pixels(params_path=PARAMS_FILE) -> int:
 
 _MODEL_OPTIONS = [
     click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
-                 help="Model file. Default: models/model.onnx (onnxruntime) or models/model.pt "
-                      "(torch)."),
+                 help="Model file. Default: models/model.onnx (onnxruntime), models/model.pt "
+                      "(torch) or models/openvino/model.xml (openvino). The int8 model: "
+                      "models/int8/model.int8.onnx with onnxruntime."),
     click.option("--backend", type=click.Choice(BACKENDS), default="onnxruntime",
-                 show_default=True, help="onnxruntime runs model.onnx without torch; torch runs "
-                                         "model.pt in PyTorch eager mode."),
+                 show_default=True, help="onnxruntime runs an .onnx file without torch; torch "
+                                         "runs model.pt in PyTorch eager mode; openvino runs "
+                                         "the OpenVINO IR (export.formats) in f32."),
     click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
                  help="Inference threads; 0 = the library's default (all cores)."),
     click.option("--max-pixels", type=click.IntRange(min=1), default=default_max_pixels,

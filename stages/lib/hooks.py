@@ -12,6 +12,8 @@ HOOKS = {
     "POISON": "train: set the train sample with this path (as in data/split/train.csv) to inf",
     "EXPORT_MEAN_SHIFT": "export: the exported graphs add this number to their input, as a "
                          "model exported with another normalisation would (the gate must fail)",
+    "EXPORT_FORMAT_SHIFT": "export: FORMAT=SHIFT (e.g. openvino=0.5): that format is converted "
+                           "from an ONNX graph that adds SHIFT to its input (its gate must fail)",
     "PREDICT_DELAY_S": "tools.predict: sleep this many seconds after every written batch",
 }
 

@@ -167,6 +167,23 @@ class Export:
     parity_samples: int = knob(0, at_least=0)  # test images checked (first N); 0 = all
     parity_batch: int = knob(64, at_least=1)  # the larger batch size tried besides 1
     torchscript: bool = False  # also write models/torchscript/model.pt, behind the same gate
+    # formats written besides model.onnx (always written): openvino, onnx_int8, tensorrt (GPU)
+    formats: list[str] = knob(["onnx"])
+    # with formats beyond onnx: the largest loss of the task's headline test metric against
+    # PyTorch (accuracy: 0.01 = 1 point; a lower-is-better metric may rise by this much)
+    max_metric_drop: float = knob(0.01, at_least=0.0)
+    calibration_samples: int = knob(256, at_least=1)  # onnx_int8: seeded train images
+
+    def problems(self) -> list[str]:
+        from stages.lib.formats import FORMATS
+
+        unknown = [f for f in self.formats if f not in FORMATS]
+        if unknown:
+            return [f"export.formats: unknown format(s) {', '.join(unknown)}; choose from "
+                    f"{', '.join(FORMATS)}"]
+        if len(set(self.formats)) != len(self.formats):
+            return [f"export.formats lists a format twice: {self.formats}"]
+        return []
 
 
 SECTIONS = {
@@ -191,8 +208,9 @@ STAGE_PARAMS = {
     "prepare": ("data.source", "prepare"),
     "train": ("train",),
     "evaluate": ("evaluate",),
-    # hashed into the ONNX metadata; detection's parity gate matches boxes above the score
-    "export": ("data", "split", "prepare", "train", "export", "evaluate.score_threshold"),
+    # hashed into the ONNX metadata; evaluate: each format's test metric with export.formats,
+    # and detection's parity gate matches boxes above evaluate.score_threshold
+    "export": ("data", "split", "prepare", "train", "evaluate", "export"),
 }
 
 

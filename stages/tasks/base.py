@@ -49,6 +49,12 @@ class Task:
     agreement_name = "agreement"  # metrics/export.json key: share of items whose decision agrees
     headline_metric = ""  # the metrics/eval.json key a reader looks at first
 
+    @property
+    def headline_higher_is_better(self) -> bool:
+        """The headline's direction (export's metric-drop gate); a task whose headline is not
+        its val_metric and points the other way overrides it (a class attribute will do)."""
+        return self.val_higher_is_better
+
     # ---- sample: the built-in dataset, byte-identical on every machine
 
     def sample(self, params_path):

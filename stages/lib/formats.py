@@ -1,0 +1,294 @@
+"""The model formats the export stage writes besides models/model.onnx, and how each one runs.
+
+Every format is converted from the ONNX bytes the export stage just proved against PyTorch, so a
+format never sees the PyTorch model, and each runs through one function: `runner(format, files)`
+gives `run(float32 NxCxHxW) -> first output`, the same contract as onnxruntime's session.
+
+- `openvino`: `ov.convert_model` on the ONNX file, saved as IR (model.xml + model.bin) with
+  `compress_to_fp16=False`. The IR asks for f32 inference in its own rt_info
+  (runtime_options/INFERENCE_PRECISION_HINT), and every runner here passes the same hint: on a
+  CPU with AMX or avx512_bf16 OpenVINO would otherwise infer in bf16.
+- `onnx_int8`: onnxruntime's static quantization in QDQ form, int8 weights per output channel,
+  uint8 activations (the pair onnxruntime's x86 kernels are built for), MinMax calibration on a
+  seeded sample of the train split.
+- `tensorrt`: a TensorRT engine built from the ONNX model with FP16 allowed; only on a machine
+  with a CUDA device (`cuda_device()`), else the stage records NO_CUDA.
+
+Every import of a runtime stays inside a function: `--help` and the tools' onnxruntime path
+never load OpenVINO, TensorRT or torch.
+"""
+import json
+from pathlib import Path
+
+FORMATS = ("onnx", "openvino", "onnx_int8", "tensorrt")
+# Each extra format's DVC out: a folder, empty when the format is not selected (DVC needs every
+# declared out to exist after the stage; models/torchscript/ does the same).
+FOLDERS = {"openvino": Path("models/openvino"), "onnx_int8": Path("models/int8"),
+           "tensorrt": Path("models/tensorrt")}
+FILES = {"openvino": ("model.xml", "model.bin"), "onnx_int8": ("model.int8.onnx",),
+         "tensorrt": ("model.engine",)}
+NAMES = {"onnx": "ONNX (onnxruntime)", "openvino": "OpenVINO", "onnx_int8": "ONNX int8",
+         "tensorrt": "TensorRT"}
+NO_CUDA = "skipped: no CUDA device"
+CALIBRATION_STREAM = 1  # the calibration sample's rng: default_rng([train.seed, this])
+
+
+def import_openvino():
+    """The openvino module, with its usage telemetry off.
+
+    `import openvino` loads its converter, which starts openvino_telemetry: it writes a client
+    id under ~/intel/ and sends an event over the network. Marking that package absent makes
+    openvino take its own no-op stub (the path it takes when the package is not installed),
+    so the pipeline stays offline and writes nothing outside the project."""
+    import sys
+
+    if "openvino" not in sys.modules:
+        sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
+
+
+# ---- conversion: ONNX bytes -> {file name: bytes}
+
+
+def convert(fmt: str, onnx_blob: bytes, *, calibration=None, max_batch: int = 64) -> dict:
+    """The files of one format converted from the ONNX model: {file name: bytes}.
+    calibration: float32 NxCxHxW inputs (onnx_int8); max_batch: the largest batch (tensorrt)."""
+    if fmt == "openvino":
+        return openvino_files(onnx_blob)
+    if fmt == "onnx_int8":
+        return {"model.int8.onnx": int8_bytes(onnx_blob, calibration)}
+    if fmt == "tensorrt":
+        return {"model.engine": tensorrt_engine(onnx_blob, max_batch)}
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def openvino_files(onnx_blob: bytes) -> dict:
+    """model.xml and model.bin: OpenVINO IR of the ONNX model, weights kept in f32.
+
+    The ONNX file is converted from a temp folder under a fixed name: the IR records the input
+    file as DIR/model.onnx, so its bytes do not depend on where the stage runs."""
+    import tempfile
+
+    ov = import_openvino()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "model.onnx"
+        src.write_bytes(onnx_blob)
+        model = ov.convert_model(str(src))
+        model.set_rt_info("f32", ["runtime_options", "INFERENCE_PRECISION_HINT"])
+        ov.save_model(model, str(Path(tmp) / "model.xml"), compress_to_fp16=False)
+        return {name: (Path(tmp) / name).read_bytes() for name in FILES["openvino"]}
+
+
+def calibration_indices(n: int, samples: int, seed: int):
+    """The sorted indices of the calibration sample: `samples` of n train images (all when n
+    is smaller), a pure function of (seed, n, samples)."""
+    import numpy as np
+
+    if samples >= n:
+        return np.arange(n)
+    rng = np.random.default_rng([seed, CALIBRATION_STREAM])
+    return np.sort(rng.choice(n, size=samples, replace=False))
+
+
+def int8_bytes(onnx_blob: bytes, calibration, batch_size: int = 64) -> bytes:
+    """onnxruntime static QDQ quantization of the ONNX model, calibrated (MinMax) on
+    `calibration`, float32 NxCxHxW. The same model and inputs give the same bytes: MinMax keeps
+    exact extremes, and onnxruntime's CPU kernels do not split one output's sum across threads
+    (checked: the same bytes on 1 and on all cores)."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod,
+                                          QuantFormat, QuantType, quantize_static)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Batches(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"input": calibration[i:i + batch_size]}
+                                 for i in range(0, len(calibration), batch_size)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, pre, out = (str(Path(tmp) / n) for n in ("model.onnx", "pre.onnx", "int8.onnx"))
+        Path(src).write_bytes(onnx_blob)
+        quant_pre_process(src, pre)  # shape inference and graph fusions before quantizing
+        quantize_static(pre, out, Batches(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax)
+        proto = onnx.load(out)
+    proto.metadata_props.add(key="quantization", value=json.dumps(
+        {"format": "QDQ", "weights": "int8 per channel", "activations": "uint8",
+         "calibration": "MinMax", "calibration_samples": len(calibration)}))
+    return proto.SerializeToString()
+
+
+def tensorrt_engine(onnx_blob: bytes, max_batch: int) -> bytes:
+    """A serialized TensorRT engine of the ONNX model (FP16 kernels allowed), for batch sizes
+    1 to max_batch. Engines are specific to the GPU and TensorRT version that built them, and
+    builds pick kernels by timing: two builds may differ in bytes."""
+    from stages.lib.io import StageError
+
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise StageError("export.formats lists tensorrt and a CUDA device is here, but the "
+                         "tensorrt package is not installed: pip install tensorrt-cu13 (the "
+                         "CUDA 13 build that matches torch), or drop tensorrt from "
+                         "export.formats.") from None
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)  # explicit batch: the only mode since TensorRT 10
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse(onnx_blob):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise StageError(f"export: TensorRT cannot parse the ONNX model: {errors}")
+    config = builder.create_builder_config()
+    if hasattr(trt.BuilderFlag, "FP16"):
+        config.set_flag(trt.BuilderFlag.FP16)
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        rest = tuple(tensor.shape)[1:]
+        profile.set_shape(tensor.name, (1, *rest), (max_batch, *rest), (max_batch, *rest))
+    config.add_optimization_profile(profile)
+    engine = builder.build_serialized_network(network, config)
+    if engine is None:
+        raise StageError("export: TensorRT could not build an engine from the ONNX model "
+                         "(its log above says why).")
+    return bytes(engine)
+
+
+# ---- running: {file name: bytes} or a path -> run(x) -> first output
+
+
+def cuda_device() -> bool:
+    """Whether a CUDA device is there for TensorRT (torch's view: the stage has torch)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def runner(fmt: str, files: dict, threads: int = 0):
+    """run(float32 NxCxHxW numpy) -> the model's first output (numpy) for a format's files."""
+    if fmt in ("onnx", "onnx_int8"):
+        (blob,) = files.values()
+        return onnx_runner(blob, threads)
+    if fmt == "openvino":
+        return openvino_runner(files["model.xml"], files["model.bin"], threads)
+    if fmt == "tensorrt":
+        return tensorrt_runner(files["model.engine"])
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def onnx_runner(model, threads: int = 0):
+    """onnxruntime on CPU; model: bytes or a path."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
+                                   providers=["CPUExecutionProvider"])
+    first = session.get_outputs()[0].name
+    return lambda x: session.run([first], {"input": x})[0]
+
+
+def openvino_model(xml, weights=None):
+    """(openvino module, ov.Model) from IR bytes (xml, weights) or a path to model.xml."""
+    ov = import_openvino()
+    core = ov.Core()
+    if isinstance(xml, bytes):
+        import numpy as np
+
+        return ov, core, core.read_model(xml, ov.Tensor(np.frombuffer(weights, np.uint8)))
+    return ov, core, core.read_model(str(xml))
+
+
+def openvino_runner(xml, weights=None, threads: int = 0):
+    """OpenVINO's CPU plugin in f32 (never bf16 or f16), on IR bytes or a model.xml path."""
+    ov, core, model = openvino_model(xml, weights)
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    compiled = core.compile_model(model, "CPU", config)
+    request = compiled.create_infer_request()
+    first = compiled.outputs[0]
+
+    def run(x):
+        return request.infer({0: x})[first].copy()  # the request reuses its output buffer
+
+    return run
+
+
+def openvino_metadata(xml) -> dict:
+    """The ONNX model's metadata the IR carries (rt_info `framework`): {key: JSON string}."""
+    _, _, model = openvino_model(xml, None)
+    info = model.get_rt_info()
+    framework = info["framework"] if "framework" in info else {}
+    return {key: framework[key].astype(str) for key in framework}
+
+
+def tensorrt_runner(engine_blob: bytes):
+    """TensorRT's runtime on the first CUDA device; tensors live in torch CUDA memory."""
+    import numpy as np
+    import tensorrt as trt
+    import torch
+
+    engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(engine_blob)
+    context = engine.create_execution_context()
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+    outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+    dtypes = {trt.float32: torch.float32, trt.float16: torch.float16, trt.int32: torch.int32,
+              trt.int64: torch.int64, trt.bool: torch.bool}
+    stream = torch.cuda.Stream()
+
+    def run(x):
+        with torch.cuda.stream(stream):
+            batch = torch.from_numpy(np.ascontiguousarray(x)).to("cuda")
+            context.set_input_shape(inputs[0], tuple(batch.shape))
+            context.set_tensor_address(inputs[0], batch.data_ptr())
+            results = []
+            for name in outputs:
+                out = torch.empty(tuple(context.get_tensor_shape(name)),
+                                  dtype=dtypes[engine.get_tensor_dtype(name)], device="cuda")
+                context.set_tensor_address(name, out.data_ptr())
+                results.append(out)
+            if not context.execute_async_v3(stream.cuda_stream):
+                raise RuntimeError("TensorRT failed to run the engine")
+        stream.synchronize()
+        return results[0].float().cpu().numpy()
+
+    return run
+
+
+def outputs(run, x, batch_size: int):
+    """run over a (lazy) N x ... input, batch_size items at a time: the concatenated outputs."""
+    import numpy as np
+
+    return np.concatenate([run(np.ascontiguousarray(x[i:i + batch_size], dtype=np.float32))
+                           for i in range(0, len(x), batch_size)])
+
+
+# ---- the test hook's perturbed conversion
+
+
+def shifted_onnx(onnx_blob: bytes, shift: float) -> bytes:
+    """The ONNX model with `input + shift` in front of its graph: a conversion that went wrong
+    the way a normalisation mismatch does (stages/lib/hooks.py EXPORT_FORMAT_SHIFT)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    proto = onnx.load_from_string(onnx_blob)
+    graph = proto.graph
+    name = graph.input[0].name
+    for node in graph.node:
+        node.input[:] = ["shifted_input" if i == name else i for i in node.input]
+    graph.initializer.append(numpy_helper.from_array(np.array(shift, np.float32), "test_shift"))
+    graph.node.insert(0, helper.make_node("Add", [name, "test_shift"], ["shifted_input"]))
+    return proto.SerializeToString()
