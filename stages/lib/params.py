@@ -80,21 +80,44 @@ class Split:
         return []
 
 
+AUTO = "auto"  # prepare.image_size, channels, mean, std: chosen from the data by prepare
+
+
 @dataclass(frozen=True)
 class Prepare:
-    image_size: int = knob(16, at_least=1)
-    channels: int = knob(1, choices=(1, 3))  # 1 = greyscale, 3 = RGB
-    mean: list[float] = knob([0.5])
-    std: list[float] = knob([0.5])
+    # each of these four: a value, or auto = a deterministic function of the data, chosen and
+    # explained by prepare (stages/lib/autoprep.py) and recorded in data/processed/meta.json
+    image_size: int | str = 16  # pixels per side, >= 1 | auto: median shorter side, rounded
+    channels: int | str = 1  # 1 = greyscale, 3 = RGB | auto: 1 only when every image is grey
+    mean: list[float] | str = knob([0.5])  # per channel | auto: the train split's
+    std: list[float] | str = knob([0.5])  # per channel | auto: the train split's
     shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
     workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
 
     def problems(self) -> list[str]:
-        if len(self.mean) != self.channels or len(self.std) != self.channels:
+        out = []
+        if not (self.image_size == AUTO or isinstance(self.image_size, int)
+                and self.image_size >= 1):
+            out.append(f"`prepare.image_size` must be an integer >= 1 or auto, "
+                       f"got {self.image_size!r}")
+        if self.channels not in (1, 3, AUTO):
+            out.append(f"`prepare.channels` must be one of 1, 3, auto, got {self.channels!r}")
+        for name in ("mean", "std"):
+            if isinstance(getattr(self, name), str) and getattr(self, name) != AUTO:
+                out.append(f"`prepare.{name}` must be a list (one value per channel) or auto, "
+                           f"got {getattr(self, name)!r}")
+        if out:
+            return out
+        if (self.mean == AUTO) != (self.std == AUTO):
+            return ["prepare.mean and prepare.std are both auto or both lists"]
+        if self.mean != AUTO and self.channels != AUTO and (
+                len(self.mean) != self.channels or len(self.std) != self.channels):
             return [f"prepare.mean and prepare.std need one value per channel "
                     f"(prepare.channels is {self.channels}; got {len(self.mean)} and "
                     f"{len(self.std)})"]
-        if any(s <= 0 for s in self.std):
+        if self.mean != AUTO and len(self.mean) != len(self.std):
+            return ["prepare.mean and prepare.std need the same number of values"]
+        if self.std != AUTO and any(s <= 0 for s in self.std):
             return ["prepare.std values must be above 0"]
         return []
 
@@ -205,7 +228,13 @@ def _coerce(key: str, value, ftype, path):
     if isinstance(ftype, types.UnionType) or origin is typing.Union:
         if value is None and type(None) in typing.get_args(ftype):
             return None
-        (ftype,) = set(typing.get_args(ftype)) - {type(None)}
+        options = [t for t in typing.get_args(ftype) if t is not type(None)]
+        for option in options[:-1]:  # the first type the value fits (int | str: 16 or "auto")
+            try:
+                return _coerce(key, value, option, path)
+            except StageError:
+                pass
+        ftype = options[-1]
     if ftype is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if ftype is int and isinstance(value, int) and not isinstance(value, bool):
