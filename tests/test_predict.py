@@ -236,7 +236,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
     done = predict(tmp_path, *args)
     assert done.returncode == 0, done.stderr
     assert "repaired a torn last line" in done.stderr
-    assert f"{len(files) - written} predicted (0 failed), {written} already in" in done.stdout
+    assert f"{len(files) - written} predicted, 0 failed; {written} already in" in done.stdout
     rows = rows_of(out)
     assert sorted(r["path"] for r in rows) == files  # exactly once each
 
