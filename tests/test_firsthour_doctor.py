@@ -1,0 +1,23 @@
+"""Issue 17, item 6: doctor warns when this commit's outs are not on the DVC remote."""
+import pytest
+
+from tests.conftest import copy_run, run_tool
+from tools.project import dvc
+
+pytestmark = pytest.mark.e2e
+
+
+def sync_line(proc) -> str:
+    [line] = [ln for ln in proc.stdout.splitlines() if "remote sync" in ln]
+    return line
+
+
+def test_doctor_names_outs_missing_from_the_remote_until_pushed(own_data_project, tmp_path):
+    run = copy_run(own_data_project, tmp_path / "run")
+    dvc(run, "remote", "add", "-d", "shared", str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    line = sync_line(run_tool("doctor", cwd=run))
+    assert line.startswith("WARN") and "not on the remote" in line
+    assert "data/manifest.csv, data/processed" in line and "dvc push --all-commits" in line
+    dvc(run, "push")
+    assert sync_line(run_tool("doctor", cwd=run)).startswith("OK")
