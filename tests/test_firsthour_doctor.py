@@ -16,8 +16,10 @@ def test_doctor_names_outs_missing_from_the_remote_until_pushed(own_data_project
     run = copy_run(own_data_project, tmp_path / "run")
     dvc(run, "remote", "add", "-d", "shared", str(tmp_path / "store"))
     (tmp_path / "store").mkdir()
-    line = sync_line(run_tool("doctor", cwd=run))
+    proc = run_tool("doctor", cwd=run)
+    line = sync_line(proc)
     assert line.startswith("WARN") and "not on the remote" in line
-    assert "data/manifest.csv, data/processed" in line and "dvc push --all-commits" in line
+    assert "data/manifest.csv, data/processed" in line
+    assert "fix: dvc push   (this commit; older ones: dvc push --all-commits)" in proc.stdout
     dvc(run, "push")
     assert sync_line(run_tool("doctor", cwd=run)).startswith("OK")
