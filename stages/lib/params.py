@@ -152,9 +152,20 @@ class Train:
     nnodes: int = knob(1, at_least=1)  # machines; > 1 meets at train.rdzv_endpoint (c10d)
     rdzv_endpoint: str = ""  # host:port of the c10d rendezvous (on the first machine)
     threads: int = knob(0, at_least=0)  # intra-op threads per process; 0 = its share of cores
+    # which weights become models/model.pt (and so evaluate, export, predict): the last
+    # epoch's, or best.pt's (the epoch train.best_metric liked best)
+    keep: str = knob("last", choices=("last", "best"))
+    device: str = "auto"  # auto (a GPU when one is visible) | cpu | cuda | cuda:N
 
     def problems(self) -> list[str]:
         out = []
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
+                and self.device[5:].isdigit()):
+            out.append(f"`train.device` must be auto, cpu, cuda or cuda:N (a GPU index), got "
+                       f"{self.device!r}")
+        elif self.device.startswith("cuda:") and self.nproc * self.nnodes > 1:
+            out.append("train.device cuda:N names one GPU: with train.nproc or train.nnodes "
+                       "> 1 use cuda (each process takes the GPU of its local rank)")
         if self.batch_size < self.nproc * self.nnodes:
             out.append(f"train.batch_size ({self.batch_size}) is the global batch, split over "
                        f"train.nproc x train.nnodes ({self.nproc} x {self.nnodes}) processes: "
