@@ -240,6 +240,9 @@ def _coerce(key: str, value, ftype, path):
         if value is None and type(None) in typing.get_args(ftype):
             return None
         options = [t for t in typing.get_args(ftype) if t is not type(None)]
+        lists = [t for t in options if typing.get_origin(t) in (list, tuple)]
+        if isinstance(value, list) and lists:  # a list is checked item by item, naming one
+            return _coerce(key, value, lists[0], path)
         for option in options[:-1]:  # the first type the value fits (int | str: 16 or "auto")
             try:
                 return _coerce(key, value, option, path)
