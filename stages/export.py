@@ -29,6 +29,7 @@ MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
 TORCHSCRIPT_DIR = Path("models/torchscript")
 TORCHSCRIPT = TORCHSCRIPT_DIR / "model.pt"
+TORCHSCRIPT_NOTE = TORCHSCRIPT_DIR / "DISABLED.txt"
 METRICS = Path("metrics/export.json")
 TEST_SPLIT = Path("data/split/test.csv")
 MANIFEST = Path("data/manifest.csv")
@@ -198,8 +199,8 @@ def main(params_path):
 
     Reads `task` and `export.{atol,rtol,parity_samples,parity_batch,torchscript}` from the
     params file. With `export.torchscript: true` it also writes models/torchscript/model.pt
-    behind the same gate (the folder is always written, empty when disabled, so DVC's outs stay
-    the same).
+    behind the same gate (the folder is always written, holding only DISABLED.txt when
+    disabled, so DVC's outs stay the same and DVC has no empty folder to warn about).
     """
     p = load("export", params_path)
     from stages.lib.images import load_processed
@@ -242,8 +243,13 @@ def main(params_path):
     TORCHSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
     if ts_blob:
         write_bytes(TORCHSCRIPT, ts_blob)
+        TORCHSCRIPT_NOTE.unlink(missing_ok=True)
     else:
         TORCHSCRIPT.unlink(missing_ok=True)
+        # a note, not an empty folder: DVC warns "'models/torchscript' is empty." on every run
+        write_bytes(TORCHSCRIPT_NOTE, b"export.torchscript is false, so no TorchScript model "
+                                      b"is exported; set it to true for models/torchscript/"
+                                      b"model.pt.\n")
     click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {batches}: max |diff| "
                f"{metrics['max_abs_diff']:.2e}, {task.agreement_name.replace('_', ' ')} "
                f"{metrics[task.agreement_name]:.3f} "

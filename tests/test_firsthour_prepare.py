@@ -27,6 +27,7 @@ def test_auto_settings_fit_the_data_and_say_why(own_data_project):
     assert "prepare.channels: 3 (auto: 90 of 90 images are colour)" in log
     assert f"prepare.mean/std: {m['mean']} / {m['std']} (auto: per channel over" in log
     assert json.loads((own_data_project / "metrics/eval.json").read_text())["accuracy"] >= 0.9
+    assert "is empty" not in log  # item 8: no DVC warning about models/torchscript
 
 
 @pytest.mark.e2e
