@@ -26,6 +26,7 @@ def test_verify_an_old_commit_with_credentials_in_config_local(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "config file error" not in proc.stdout + proc.stderr
     assert "bit-identical" in proc.stdout
+    assert "verify: stage sample (" in proc.stderr  # item 9: progress while it runs
     assert (project / ".dvc/config.local").read_bytes() == before
 
 

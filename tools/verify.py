@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -233,7 +234,15 @@ def main(rev, pull, stage_args, tol, keep):
         click.echo(f"verify: commit {sha[:12]} in {clone}: dvc repro --force "
                    f"{' '.join(stages) or '(all stages)'}", err=True)
         # --no-run-cache: upstream stages must run, not be restored from DVC's run cache.
-        proc = dvc(clone, "repro", "--force", "--no-run-cache", *stages, check=False)
+        start = time.monotonic()
+
+        def progress(line):  # each stage as DVC starts it, on stderr (stdout: the table)
+            if line.startswith("Running stage '"):
+                click.echo(f"verify: stage {line.split(chr(39))[1]} "
+                           f"({time.monotonic() - start:.0f}s)", err=True)
+
+        proc = dvc(clone, "repro", "--force", "--no-run-cache", *stages, check=False,
+                   progress=progress)
         if proc.returncode != 0:
             raise StageError(f"verify: `dvc repro` failed at {sha[:12]}:\n"
                              f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
