@@ -44,6 +44,7 @@ def test_an_experiment_made_before_the_remote_reaches_a_second_clone(own_data_pr
     assert "up to date" in dvc(b, "status").stdout
     assert "epochs: 2" in (b / "params.yaml").read_text()
     assert json.loads((b / "metrics/train.json").read_text()) == exp_model
-    proc = run_tool("predict", str(a / "data/mine/red/red_001.png"), cwd=b)  # B's model
+    image = own_data_project / "data/mine/red/red_005.png"
+    proc = run_tool("predict", str(image), cwd=b)  # with B's model
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["label"] == "red"
