@@ -29,6 +29,7 @@ MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
 TORCHSCRIPT_DIR = Path("models/torchscript")
 TORCHSCRIPT = TORCHSCRIPT_DIR / "model.pt"
+TORCHSCRIPT_NOTE = TORCHSCRIPT_DIR / "DISABLED.txt"
 METRICS = Path("metrics/export.json")
 TEST_SPLIT = Path("data/split/test.csv")
 MANIFEST = Path("data/manifest.csv")
@@ -312,8 +313,16 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
     return out, errors, files, notes
 
 
+NOTE = "DISABLED.txt"  # what an unselected format's folder holds (DVC warns on empty outs)
+
+
+def format_note(fmt: str) -> bytes:
+    return (f"{fmt} is not in export.formats (or its device is missing: see metrics/export.json)"
+            f", so this folder holds no model; add it to export.formats to export it.\n").encode()
+
+
 def write_folder(folder: Path, files: dict) -> None:
-    """folder holding exactly `files` ({name: bytes}; none: empty), replaced whole."""
+    """folder holding exactly `files` ({name: bytes}), replaced whole."""
     import shutil
 
     tmp = folder.with_name(folder.name + ".tmp")
@@ -332,9 +341,10 @@ def main(params_path):
 
     Reads `task`, `export.*` and (with formats beyond onnx) `evaluate.*` and `train.seed` from
     the params file. With `export.torchscript: true` it also writes models/torchscript/model.pt
-    behind the same gate (the folder is always written, empty when disabled, so DVC's outs stay
-    the same). `export.formats` adds models/openvino/, models/int8/ and models/tensorrt/ (each
-    always written, empty unless selected), each behind its gate (stages/lib/formats.py).
+    behind the same gate. `export.formats` adds models/openvino/, models/int8/ and
+    models/tensorrt/, each behind its gate (stages/lib/formats.py). Every such folder is always
+    written, holding only DISABLED.txt when its format is off, so DVC's outs stay the same and
+    DVC has no empty folder to warn about.
     """
     p = load("export", params_path)
     from stages.lib.formats import FOLDERS
@@ -387,10 +397,15 @@ def main(params_path):
     TORCHSCRIPT_DIR.mkdir(parents=True, exist_ok=True)
     if ts_blob:
         write_bytes(TORCHSCRIPT, ts_blob)
+        TORCHSCRIPT_NOTE.unlink(missing_ok=True)
     else:
         TORCHSCRIPT.unlink(missing_ok=True)
+        # a note, not an empty folder: DVC warns "'models/torchscript' is empty." on every run
+        write_bytes(TORCHSCRIPT_NOTE, b"export.torchscript is false, so no TorchScript model "
+                                      b"is exported; set it to true for models/torchscript/"
+                                      b"model.pt.\n")
     for fmt, folder in FOLDERS.items():
-        write_folder(folder, files.get(fmt, {}))
+        write_folder(folder, files.get(fmt) or {NOTE: format_note(fmt)})
     click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {batches}: max |diff| "
                f"{metrics['max_abs_diff']:.2e}, {task.agreement_name.replace('_', ' ')} "
                f"{metrics[task.agreement_name]:.3f} "

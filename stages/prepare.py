@@ -64,14 +64,15 @@ def write_shard(job) -> int:
     return len(rows)
 
 
-def write_shards(splits, params_path, meta, source, p, workers: int) -> None:
+def write_shards(splits, params_path, meta, source, p, workers: int, image_size: int,
+                 channels: int) -> None:
     """Every shard of every split, in `workers` processes (1 = in this process)."""
     from tqdm import tqdm
 
     jobs = [(name, k, rows[start:start + p.shard_size])
             for name, rows in splits.items()
             for k, start in enumerate(range(0, len(rows), p.shard_size))]
-    init = (params_path, meta, str(source), p.image_size, p.channels)
+    init = (params_path, meta, str(source), image_size, channels)
     total = sum(len(r) for r in splits.values())
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
     if workers == 1 or len(jobs) <= 1:
@@ -88,14 +89,26 @@ def write_shards(splits, params_path, meta, source, p, workers: int) -> None:
     bar.close()
 
 
+def train_images():
+    """The prepared train images, one shard at a time (uint8 NxHxWxC)."""
+    import numpy as np
+
+    from stages.lib.shards import IMAGES
+
+    for path in sorted((OUT_DIR / "train").glob(f"{IMAGES}-*.npy")):
+        yield np.load(path, allow_pickle=False)
+
+
 @click.command()
 @params_option
 def main(params_path):
     """Decode, convert and resize the split images into shards under data/processed/.
 
     Reads `task`, `data.source` and `prepare.{image_size,channels,mean,std,shard_size,workers}`
-    from the params file.
+    from the params file; `auto` image_size, channels, mean and std are chosen from the data
+    (stages/lib/autoprep.py), one printed line per setting says what and why.
     """
+    from stages.lib.autoprep import check_norm, resolve_norm, resolve_shape
     from stages.tasks import current
 
     source = Path(load("data", params_path).source)
@@ -104,12 +117,18 @@ def main(params_path):
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
     meta = task.prepare_meta(splits)
     task.encoder(meta)  # fail here, not in a worker, when the task cannot encode
+    image_size, channels, lines = resolve_shape(p, splits, source)
+    for text in lines:
+        click.echo(text)
+    check_norm(p, channels)
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
     workers = p.workers or cpu_count()
-    write_shards(splits, params_path, meta, source, p, workers)
+    write_shards(splits, params_path, meta, source, p, workers, image_size, channels)
+    mean, std, line = resolve_norm(p, channels, train_images)
+    click.echo(line)
     write_json(OUT_DIR / "meta.json", {
-        **meta, "image_size": p.image_size, "channels": p.channels,
-        "mean": p.mean, "std": p.std, "counts": {n: len(r) for n, r in splits.items()},
+        **meta, "image_size": image_size, "channels": channels,
+        "mean": mean, "std": std, "counts": {n: len(r) for n, r in splits.items()},
         "shard_size": p.shard_size,
     })
     click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "

@@ -21,6 +21,7 @@ Test hooks (stages/lib/hooks.py): KILL_AT_STEP and POISON.
 import contextlib
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -113,7 +114,6 @@ def setup(p, meta, task, device="cpu"):
 
 def checkpoint(run, p, fingerprint) -> dict:
     """Everything needed to continue exactly where the run is now."""
-    import dataclasses
 
     import torch
 
@@ -123,7 +123,39 @@ def checkpoint(run, p, fingerprint) -> dict:
         rng["cuda"] = torch.cuda.get_rng_state_all()
     return {**run["state"], "model": model.state_dict(), "optimizer": run["opt"].state_dict(),
             "scheduler": run["sched"].state_dict(), "scaler": run["scaler"].state_dict(),
-            "rng": rng, "params": dataclasses.asdict(p), "fingerprint": fingerprint}
+            "rng": rng, "params": resume_params(p), "fingerprint": fingerprint}
+
+
+# train params that never change the training itself: left out of the checkpoint and of the
+# resume fingerprint (train.keep only picks which weights become model.pt; the device is in
+# the run record, logs/train.json's device_name)
+NOT_RESUME_PARAMS = ("keep", "device")
+
+
+def resume_params(p) -> dict:
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(p).items() if k not in NOT_RESUME_PARAMS}
+
+
+def pick_device(p) -> str:
+    """train.device as a torch device: auto takes the local rank's GPU when one is visible."""
+    import torch
+
+    if p.device == "cpu" or p.device == "auto" and not torch.cuda.is_available():
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise StageError(f"train.device is {p.device} but no CUDA GPU is visible to torch "
+                         f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); set "
+                         f"train.device: cpu (or auto), or check `nvidia-smi`.")
+    if p.device.startswith("cuda:"):
+        index = int(p.device[5:])
+        if index >= torch.cuda.device_count():
+            raise StageError(f"train.device is {p.device} but torch sees "
+                             f"{torch.cuda.device_count()} GPU(s) (cuda:0 to "
+                             f"cuda:{torch.cuda.device_count() - 1}); fix train.device.")
+        return p.device
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
 
 
 def restore(run, ckpt) -> None:
@@ -206,6 +238,7 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
     dev_type = torch.device(device).type
     kill_at = int(hooks.value("KILL_AT_STEP") or 0)
+    interrupt_at = int(hooks.value("INTERRUPT_AT_STEP") or 0)
     per_rank = p.batch_size // world
     fp16 = p.precision == "fp16"
     check_grads = not fp16  # fp16: the GradScaler skips overflowing steps itself
@@ -270,6 +303,10 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
                 import signal
 
                 os.kill(os.getpid(), signal.SIGKILL)
+            if interrupt_at and st["step"] == interrupt_at:
+                import signal
+
+                os.kill(os.getpid(), signal.SIGINT)
             if on_checkpoint and p.checkpoint_every_steps and not last \
                     and st["step"] % p.checkpoint_every_steps == 0:
                 seconds += time.perf_counter() - tic
@@ -433,11 +470,9 @@ def main(params_path):
     p = dataclasses.replace(p, num_workers=cores["num_workers"])
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if torch.cuda.is_available():
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    device = pick_device(p)
+    if device != "cpu":
         torch.cuda.set_device(device)
-    else:
-        device = "cpu"
     if world > 1:
         import torch.distributed as dist
 
@@ -451,7 +486,7 @@ def main(params_path):
     if hooks.value("POISON"):
         x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))
     # the thread count orders CPU float sums: the effective one, not train.threads' 0 (auto)
-    params = {**dataclasses.asdict(p), "task": task.name, "threads": cores["threads"]}
+    params = {**resume_params(p), "task": task.name, "threads": cores["threads"]}
     # hidden files are other writers' temp files, not data
     data_files = sorted(f for f in PROCESSED.rglob("*")
                         if f.is_file() and not f.name.startswith("."))
@@ -544,6 +579,17 @@ def main(params_path):
                 write_run_record("train", {**record, "status": "failed", "error": message,
                                            "nonfinite": info})
             raise StageError(message) from None
+        except KeyboardInterrupt:
+            st = run["state"]
+            message = (f"train: interrupted at epoch {st['epoch'] + 1} step {st['step']}; run "
+                       f"`dvc repro` to resume from the last checkpoint ({ck.LAST}: written "
+                       f"every epoch" + (f" and every {p.checkpoint_every_steps} steps"
+                                         if p.checkpoint_every_steps else "") + ")")
+            if writer:
+                write_run_record("train", {**record, "status": "interrupted",
+                                           "error": message})
+            click.echo(message, err=True)
+            sys.exit(130)
         except torch.cuda.OutOfMemoryError:
             message = oom_message(p, device)
             if writer:
@@ -552,6 +598,12 @@ def main(params_path):
 
     if writer:
         model = getattr(run["model"], "module", run["model"])
+        best = run["state"]["best"]
+        if p.keep == "best":  # best.pt's weights (the last epoch's when it was the best)
+            saved, why = ck.load(ck.BEST)
+            if saved is None:
+                raise StageError(f"train.keep is best but {why}; re-run `dvc repro`.")
+            model.load_state_dict(saved["model"])
         keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
         save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
                                   "task": task.name})
@@ -560,10 +612,14 @@ def main(params_path):
         metric = f"val_{task.val_metric}"
         write_json(METRICS, {"epochs": len(history), "train_loss": last["train_loss"],
                              "val_loss": last["val_loss"], metric: last[metric],
-                             "best_epoch": best["epoch"]})
+                             "best_epoch": best["epoch"],
+                             **({"kept": "best"} if p.keep == "best" else {})})
         write_run_record("train", {**record, "status": "ok", "metrics": last,
                                    "peak_memory_bytes": peak_memory_bytes(device)})
-        click.echo(f"train: val {task.val_metric} {last[metric]:.4f} -> {MODEL}")
+        kept = (f"the best epoch, {best['epoch']}: val {task.val_metric} "
+                f"{history[best['epoch'] - 1][metric]:.4f}" if p.keep == "best"
+                else f"the last epoch, {len(history)}: val {task.val_metric} {last[metric]:.4f}")
+        click.echo(f"train: {kept} -> {MODEL} (train.keep: {p.keep})")
     if world > 1:
         import torch.distributed as dist
 

@@ -171,3 +171,30 @@ def formats_project(tmp_path_factory):
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "formats run")
     return dest
+
+
+OWN_DATA_RUN = {"data.source": "data/mine", "validate.on_error": "quarantine",
+                "prepare.image_size": "auto", "prepare.channels": "auto", "prepare.mean": "auto",
+                "prepare.std": "auto", "train.epochs": 6, "train.batch_size": 16}
+
+
+@pytest.fixture(scope="session")
+def own_data_project(tmp_path_factory):
+    """Issue 17's first hour: a project copy whose data.source is a user's own folder
+    (tests/owndata.py: 3 colour classes of 48x48 RGB, two JPEGs, one corrupt file) with
+    prepare's auto settings, after one `dvc repro`, committed. Its repro output is in
+    ../repro.log. Read-only: take a `copy_run` of it to change anything."""
+    from tests.owndata import own_dataset
+    from tools.project import copy_project, dvc, git
+
+    base = tmp_path_factory.mktemp("owndata")
+    dest = copy_project(ROOT, base / "project", params=OWN_DATA_RUN, git_init=False)
+    own_dataset(dest / "data/mine")
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "own data")
+    proc = dvc(dest, "repro")
+    (base / "repro.log").write_text(proc.stdout + proc.stderr)
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "own-data run")
+    return dest

@@ -118,7 +118,7 @@ def test_onnx_file_is_checked_self_contained_and_carries_preprocessing_and_prove
     assert metrics["batch_sizes"] == [1, 64] and metrics["samples"] == 12
     assert metrics["top1_agreement"] == 1.0 and metrics["max_abs_diff"] <= metrics["atol"]
     assert metrics["torchscript"] == {"enabled": False}
-    assert list((fake / "models/torchscript").iterdir()) == []
+    assert [f.name for f in (fake / "models/torchscript").iterdir()] == ["DISABLED.txt"]
 
 
 def test_onnxruntime_alone_gets_pytorchs_top1_from_the_metadata(fake):

@@ -152,7 +152,7 @@ def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project
     proc = predict(root, ".", *model_args(trained_project), "--batch-size", "16",
                    "--out", str(out))
     assert proc.returncode == 3, proc.stderr  # documented: some inputs failed
-    assert "210 predicted (10 failed)" in proc.stdout
+    assert "200 predicted, 10 failed" in proc.stdout
     rows = rows_of(out)
     assert sorted(r["path"] for r in rows) == files  # each input exactly once
     failed = {r["path"]: r["error"] for r in rows if r["error"]}
@@ -189,7 +189,7 @@ def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project
 
     # a second run skips everything; --retry-failed re-runs only the (now fixed) bad files
     proc = predict(root, ".", *model_args(trained_project), "--out", str(out))
-    assert proc.returncode == 3 and "0 predicted" in proc.stdout
+    assert proc.returncode == 3 and "0 predicted, 0 failed; 210 already in" in proc.stdout
     fixed = tmp_path / "fixed"
     shutil.copytree(root, fixed)
     for rel in bad:
@@ -197,7 +197,7 @@ def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project
     lines_before = out.read_text().splitlines()
     proc = predict(fixed, "--retry-failed", *model_args(trained_project), "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "10 predicted (0 failed)" in proc.stdout
+    assert "10 predicted, 0 failed" in proc.stdout
     rows = rows_of(out)
     assert sorted(r["path"] for r in rows) == files and not any(r["error"] for r in rows)
     kept = [line for line in lines_before if '"error": ""' in line]
@@ -236,7 +236,7 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
     done = predict(tmp_path, *args)
     assert done.returncode == 0, done.stderr
     assert "repaired a torn last line" in done.stderr
-    assert f"{len(files) - written} predicted (0 failed), {written} already in" in done.stdout
+    assert f"{len(files) - written} predicted, 0 failed; {written} already in" in done.stdout
     rows = rows_of(out)
     assert sorted(r["path"] for r in rows) == files  # exactly once each
 

@@ -295,6 +295,51 @@ def dvc_status_findings(root) -> list[Finding]:
                     "dvc pull   (get the committed outs), then dvc repro")]
 
 
+def remote_sync_findings(root, name=None) -> list[Finding]:
+    """Are this commit's outs on the DVC remote (`dvc status -c`)? Another machine can only
+    `dvc pull` a commit whose outs were pushed; older commits need `dvc push --all-commits`."""
+    import json
+
+    from tools.project import dvc
+
+    args = ["-r", name] if name else []
+    proc = dvc(root, "status", "-c", "--json", *args, check=False)
+    try:
+        status = json.loads(proc.stdout or "{}")
+    except json.JSONDecodeError:
+        status = None
+    if proc.returncode != 0 or not isinstance(status, dict):
+        text = (proc.stdout + proc.stderr).strip()
+        return [Finding(WARN, "remote sync", "could not compare the cache with the remote: "
+                        + (text.splitlines()[-1] if text else "dvc status -c failed"),
+                        "dvc status -c   (to see why)")]
+    absent = sorted(p for p, state in status.items() if state in ("new", "missing"))
+    if not absent:
+        return [Finding(OK, "remote sync", "every out of this commit is on the remote")]
+    outs = lock_outs(root)
+    named = sorted({next((o for o in outs if p == o or p.startswith(o + "/")), p)
+                    for p in absent})
+    shown = ", ".join(named[:5]) + (" ..." if len(named) > 5 else "")
+    unpushable = sum(status[p] == "missing" for p in absent)
+    extra = (f" ({unpushable} are not in this machine's cache either: push them from the "
+             f"machine that made them)" if unpushable else "")
+    return [Finding(WARN, "remote sync", f"{len(absent)} file(s) of this commit's outs are not "
+                    f"on the remote: {shown}{extra}; another machine cannot `dvc pull` them",
+                    "dvc push   (this commit; older ones: dvc push --all-commits)")]
+
+
+def lock_outs(root) -> list[str]:
+    """Every out path in dvc.lock, longest first (so the closest one names a file)."""
+    import yaml
+
+    path = Path(root) / "dvc.lock"
+    if not path.is_file():
+        return []
+    lock = yaml.safe_load(path.read_text()) or {}
+    outs = [o["path"] for st in lock.get("stages", {}).values() for o in st.get("outs", [])]
+    return sorted(outs, key=len, reverse=True)
+
+
 @click.command()
 @click.option("--lock", "lock_path", default="requirements.lock", show_default=True,
               type=click.Path(dir_okay=False), help="Lock file to compare the installed "
@@ -305,8 +350,8 @@ def dvc_status_findings(root) -> list[Finding]:
 def main(lock_path, remote, timeout):
     """Check Python, packages (against the lock file), torch/CUDA and GPUs, free disk, the DVC
     remote (reachable, credentials), the git tree, data.source (no FIFO, socket or device, on
-    which DVC's hashing blocks) and `dvc status`; print each problem with the command that
-    fixes it.
+    which DVC's hashing blocks), `dvc status` and whether this commit's outs are on the remote
+    (`dvc status -c`); print each problem with the command that fixes it.
 
     Exit code 1 when something blocks a run (FAIL: a missing package, the wrong Python, too
     little disk, an unreachable or unauthorised remote, a FIFO under data.source); WARN lines
@@ -317,12 +362,15 @@ def main(lock_path, remote, timeout):
     checks = [python_findings, lambda: lock_findings(lock_path), torch_findings,
               lambda: disk_findings(root), lambda: remote_findings(root, remote, timeout),
               lambda: git_findings(root), lambda: source_findings(root),
-              lambda: dvc_status_findings(root)]
+              lambda: dvc_status_findings(root), lambda: remote_sync_findings(root, remote)]
     findings = []
     for check in checks:
-        if check is checks[-1] and any(f.check == "source" and f.level == FAIL
-                                       for f in findings):
+        if check in checks[-2:] and any(f.check == "source" and f.level == FAIL
+                                        for f in findings):
             continue  # `dvc status` would hash the FIFO and block
+        if check is checks[-1] and not any(f.check == "remote" and f.level == OK
+                                           for f in findings):
+            continue  # no reachable remote: nothing to compare with
         for f in check():
             findings.append(f)
             click.echo(f"{f.level:4}  {f.check:10}  {f.message}")

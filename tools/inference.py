@@ -216,12 +216,17 @@ class Model:
     info: dict = field(default_factory=dict)
     task: object = field(repr=False, default=None)  # a stages.tasks.base.Task
     meta: dict = field(default_factory=dict)  # the task's keys of the model's metadata
+    # sha256 of the trained weights file (models/model.pt): the same for model.pt and the
+    # model.onnx exported from it (its metadata's model_sha256); predict's rows carry it
+    weights_sha256: str = ""
 
     def __post_init__(self):
         if self.task is None:
             from stages.tasks import default_task
 
             self.task = default_task()
+        if not self.weights_sha256:
+            self.weights_sha256 = self.sha256
 
     @property
     def classes(self) -> list:
@@ -264,8 +269,9 @@ def load_onnx(path, threads: int = 0) -> Model:
     def run(x):
         return session.run([output], {"input": x})[0]
 
+    weights = json.loads(props["model_sha256"]) if "model_sha256" in props else ""
     return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,
-                 task=task, meta=task_meta, **meta)
+                 task=task, meta=task_meta, weights_sha256=weights, **meta)
 
 
 def load_torch(path, threads: int = 0) -> Model:

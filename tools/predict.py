@@ -27,9 +27,17 @@ from tools.options import model_options
 
 
 def output_fields(model) -> list[str]:
-    """The columns of the output: path, the task's prediction fields, error (classification:
-    path, label, score, topk, error)."""
-    return ["path", *model.task.prediction_fields, "error"]
+    """The columns of the output: path, the task's prediction fields, error, model
+    (classification: path, label, score, topk, error, model). `model` is the model version:
+    the sha256 of the trained weights (models/model.pt, the ONNX metadata's model_sha256)."""
+    return ["path", *model.task.prediction_fields, "error", "model"]
+
+
+def legacy_fields(fields: list[str]) -> list[str]:
+    """The columns predict wrote before rows carried the model version."""
+    return [f for f in fields if f != "model"]
+
+STDOUT = Path("-")
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_SOME_FAILED = 0, 1, 2, 3
 
@@ -237,6 +245,7 @@ def check_ours(path: Path, fmt: str, fields: list[str]) -> int:
                          f"changed. Choose another --out.")
 
     header = ",".join(fields) + "\n"
+    headers = (header, ",".join(legacy_fields(fields)) + "\n")
     first_row = json.dumps({"path": ""})[:9]  # '{"path": '
     complete = 0
     try:
@@ -249,14 +258,15 @@ def check_ours(path: Path, fmt: str, fields: list[str]) -> int:
                 complete += len(line)
                 text = line.decode("utf-8")
                 if fmt == "csv":
-                    if lineno == 1 and text != header:
+                    if lineno == 1 and text not in headers:
                         refuse(f"its first line is not the CSV header {header.strip()!r}")
                 else:
                     try:
                         row = json.loads(text)
                     except json.JSONDecodeError:
                         row = None
-                    if not isinstance(row, dict) or sorted(row) != sorted(fields):
+                    if not isinstance(row, dict) or sorted(row) not in (
+                            sorted(fields), sorted(legacy_fields(fields))):
                         refuse(f"line {lineno} is not a JSONL row with the fields "
                                f"{', '.join(fields)}")
             f.seek(complete)
@@ -301,7 +311,7 @@ def read_rows(path: Path, fmt: str, fields: list[str]):
     with open(path, encoding="utf-8", newline="") as f:
         if fmt == "csv":
             reader = csv.DictReader(f)
-            if reader.fieldnames and reader.fieldnames != fields:
+            if reader.fieldnames and reader.fieldnames not in (fields, legacy_fields(fields)):
                 raise StageError(f"{path}: not a predict CSV of this model (header "
                                  f"{reader.fieldnames}, expected {fields}); choose another "
                                  f"--out.")
@@ -384,18 +394,54 @@ def open_output(out: Path, fmt: str, fields: list[str]):
 
 # --- the run -----------------------------------------------------------------------------
 
-def predict_rows(model, batch, top_k: int) -> list[dict]:
-    """batch: [(path, uint8 image or None, error)] -> output rows in the same order."""
+def predict_rows(model, batch, top_k: int, version: str = "") -> list[dict]:
+    """batch: [(path, uint8 image or None, error)] -> output rows in the same order, each
+    with the model version."""
     from tools.inference import predict_batch
 
     preds = iter(predict_batch(model, [img for _, img, _ in batch if img is not None], top_k))
     rows = []
     for path, img, error in batch:
         if img is None:
-            rows.append({"path": path, **model.task.empty_prediction(), "error": error})
+            rows.append({"path": path, **model.task.empty_prediction(), "error": error,
+                         "model": version})
         else:
-            rows.append({"path": path, **next(preds), "error": ""})
+            rows.append({"path": path, **next(preds), "error": "", "model": version})
     return rows
+
+
+def check_model(out: Path, fmt: str, fields: list[str], version: str) -> None:
+    """Refuse an --out holding rows of another model (or of a predict that did not record
+    the model): one file never mixes models."""
+    for row in read_rows(out, fmt, fields):
+        theirs = row.get("model") or ""
+        if theirs != version:
+            what = (f"model {theirs[:12]}" if theirs else
+                    "a model predict did not record (rows written before predict recorded "
+                    "model versions)")
+            raise StageError(f"{out}: holds predictions of {what}; this model is "
+                             f"{version[:12]} ({out} was not changed). Pass --overwrite to "
+                             f"replace them, or choose another --out.")
+
+
+class StdoutRows:
+    """--out -: rows to stdout as they come (a CSV header first); nothing to restart."""
+
+    def __init__(self, fmt: str, fields: list[str]):
+        self.fmt, self.fields, self.header = fmt, fields, fmt == "csv"
+
+    def write_rows(self, rows) -> None:
+        text = "".join(format_row(r, self.fmt, self.fields) for r in rows)
+        if self.header:
+            text, self.header = ",".join(self.fields) + "\n" + text, False
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def write_batch(f, rows, fmt, fields) -> None:
@@ -418,9 +464,14 @@ def write_failed(out: Path, exc: OSError) -> StageError:
 @click.command()
 @click.argument("sources", nargs=-1)
 @model_options
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("predictions.jsonl"), show_default=True,
-              help="Output file. Rows already in it are skipped (restart), new rows appended.")
+@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              default=None,
+              help="Output file, or - for stdout. Default: - when SOURCE is one image file, "
+                   "else predictions.jsonl. Rows of this model already in the file are "
+                   "skipped (restart), new rows appended.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace --out when it holds another model's predictions (otherwise that "
+                   "is refused: one file never mixes models).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default=None,
               help="Output format. Default: csv when --out ends in .csv, else jsonl.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
@@ -429,19 +480,22 @@ def write_failed(out: Path, exc: OSError) -> StageError:
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
 def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max_pixels,
-         retry_failed, score_threshold):
+         overwrite, retry_failed, score_threshold):
     """Predict the class of every image in SOURCE... and write one row per image to --out.
 
     SOURCE is an image file, a folder (all files below it, recursively, sorted; hidden ones
     skipped), a glob pattern ('photos/**/*.jpg', quoted) or @list.txt (one path per line).
 
-    Each row has path, the task's prediction fields and error; for classification label,
-    score (softmax probability of label) and topk (a list of {label, score}). A file that
+    Each row has path, the task's prediction fields, error and model; for classification
+    label, score (softmax probability of label) and topk (a list of {label, score}); model is
+    the model version (sha256 of the trained weights, models/model.pt). A file that
     cannot be read or decoded, or whose header declares more than --max-pixels pixels (it is
     not decoded), gets a row with its error, and the run goes on.
 
     The run is restartable: re-run the same command after a crash or Ctrl-C and it skips
-    every path already in --out, so each input ends with exactly one row.
+    every path already in --out, so each input ends with exactly one row. An --out written
+    by another model is refused (naming both versions) unless --overwrite replaces it.
+    `--out -` (the default for a single image file) writes the rows to stdout, nothing else.
 
     Exit codes: 0 every input has a prediction; 3 some inputs failed (their rows carry the
     error); 1 fatal error (model missing or unusable, unreadable --out); 2 usage error.
@@ -454,6 +508,13 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
         raise click.UsageError("give at least one SOURCE (or --retry-failed to re-run the "
                                "failed rows of --out).")
     check_sources(sources)
+    if out is None:
+        single = (len(sources) == 1 and not sources[0].startswith("@")
+                  and os.path.isfile(sources[0]))
+        out = STDOUT if single else Path("predictions.jsonl")
+    to_stdout = out == STDOUT
+    if to_stdout and retry_failed:
+        raise click.UsageError("--retry-failed needs an --out file, not stdout.")
     fmt = output_format(out, fmt)
     model = load(backend, model_path, threads)
     if score_threshold is not None:
@@ -461,12 +522,17 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     fields = output_fields(model)
 
     done, failed_before, retry = set(), set(), []
-    if out.exists() or out.is_symlink():
+    if not to_stdout and (out.exists() or out.is_symlink()):
         if not out.is_file():
             raise StageError(f"{out}: --out exists and is not a regular file; choose another "
                              f"--out.")
         if check_ours(out, fmt, fields) and repair_torn_tail(out):
             click.echo(f"predict: repaired a torn last line in {out}", err=True)
+        if overwrite:
+            out.unlink()  # ours (check_ours): another model's rows, replaced as asked
+        else:
+            check_model(out, fmt, fields, model.weights_sha256)
+    if not to_stdout and out.exists():
         if retry_failed:
             try:
                 retry = drop_failed_rows(out, fmt, fields)
@@ -480,27 +546,28 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     def inputs():
         return iter_inputs(sources) if sources else iter(retry)
 
-    total = sum(1 for _ in inputs()) if sys.stderr.isatty() else None  # for the ETA only
+    total = (sum(1 for _ in inputs()) if sys.stderr.isatty() and not to_stdout
+             else None)  # for the ETA only
     delay = float(hooks.value("PREDICT_DELAY_S") or 0)
 
     counts = {"ok": 0, "failed": 0, "skipped": 0, "skipped_failed": 0}
     start = time.perf_counter()
     batch = []
     try:
-        f = open_output(out, fmt, fields)
+        f = StdoutRows(fmt, fields) if to_stdout else open_output(out, fmt, fields)
     except OSError as exc:
         raise write_failed(out, exc) from None
-    with f, tqdm(inputs(), total=total, unit="img", disable=None,
-                                          desc="predict", dynamic_ncols=True) as bar:
+    with f, tqdm(inputs(), total=total, unit="img", disable=True if to_stdout else None,
+                 desc="predict", dynamic_ncols=True) as bar:
         def flush():
             try:
-                rows = predict_rows(model, batch, top_k)
+                rows = predict_rows(model, batch, top_k, model.weights_sha256)
             except Exception as exc:  # the images decoded fine: the model (or its file) is bad
                 raise StageError(f"{model.path}: inference failed on the batch starting at "
                                  f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
                                  f"so far are kept; re-run to continue.") from exc
             try:
-                write_batch(f, rows, fmt, fields)
+                f.write_rows(rows) if to_stdout else write_batch(f, rows, fmt, fields)
             except OSError as exc:
                 raise write_failed(out, exc) from None
             for row in rows:
@@ -509,7 +576,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
             if delay:
                 time.sleep(delay)
 
-        out_abs = os.path.abspath(out)
+        out_abs = None if to_stdout else os.path.abspath(out)
         for path in bar:
             if os.path.abspath(path) == out_abs:  # `predict . --out p.jsonl`: not an input
                 continue
@@ -532,10 +599,11 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     seconds = time.perf_counter() - start
     new = counts["ok"] + counts["failed"]
     failed = counts["failed"] + counts["skipped_failed"]
-    click.echo(f"predict: {new} predicted ({counts['failed']} failed), "
-               f"{counts['skipped'] + counts['skipped_failed']} already in {out} "
-               f"({counts['skipped_failed']} of them failed); {new / max(seconds, 1e-9):.1f} "
-               f"images/s; {failed} input(s) with an error")
+    if not to_stdout:  # on stdout, the rows alone: one image, one line
+        click.echo(f"predict: {counts['ok']} predicted, {counts['failed']} failed; "
+                   f"{counts['skipped'] + counts['skipped_failed']} already in {out} "
+                   f"({counts['skipped_failed']} of them failed); "
+                   f"{new / max(seconds, 1e-9):.1f} images/s; {failed} input(s) with an error")
     if failed:
         sys.exit(EXIT_SOME_FAILED)
 

@@ -51,24 +51,41 @@ def set_params(root, overrides: dict) -> None:
     path.write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def dvc(cwd, *args, check: bool = True, python=None) -> subprocess.CompletedProcess:
+def dvc(cwd, *args, check: bool = True, python=None, progress=None
+        ) -> subprocess.CompletedProcess:
     """Run DVC with this interpreter's environment (or that of `python`, a path to another
     environment's interpreter) first on PATH, so stages find `python`.
 
     Output goes through temp files, not pipes: `dvc queue start` leaves worker daemons that
     inherit DVC's stdout, and a pipe would then stay open, and the call wait, until the last
-    worker exits (seen: a worker idling on after the queue was empty)."""
+    worker exits (seen: a worker idling on after the queue was empty). `progress`, when
+    given, is called with each line of stdout while DVC runs (read back from the file)."""
     import tempfile
+    import time
 
     python = str(python or sys.executable)
     bindir = str(Path(python).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.run([python, "-m", "dvc", *args], cwd=cwd, env=env, stdout=out,
-                              stderr=err, text=True)
+    with tempfile.NamedTemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([python, "-m", "dvc", *args], cwd=cwd, env=env, stdout=out,
+                                stderr=err, text=True)
+        if progress:  # a second open of the file: its own offset, not DVC's
+            with open(out.name, encoding="utf-8", errors="replace") as follow:
+                pending = ""
+                while True:
+                    done = proc.poll() is not None
+                    pending += follow.read()
+                    *lines, pending = pending.split("\n")
+                    for line in lines:
+                        progress(line)
+                    if done:
+                        break
+                    time.sleep(0.2)
+        proc.wait()
         out.seek(0)
         err.seek(0)
         proc.stdout, proc.stderr = out.read(), err.read()
+    proc = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, proc.stderr)
     if check and proc.returncode != 0:
         raise RuntimeError(f"dvc {' '.join(args)} failed ({proc.returncode}):\n"
                            f"{proc.stdout}\n{proc.stderr}")

@@ -260,11 +260,15 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     # label, score, topk), typed for the OpenAPI schema.
     types = {"string": str, "number": float, "integer": int, "boolean": bool, "array": list,
              "object": dict}
+    # A file that cannot be used gets its error and the task's empty prediction (nulls).
     Prediction = create_model("Prediction", filename=(str, ...), **{
-        name: (types[kind], ...) for name, kind in model.task.prediction_fields.items()})
+        name: (types[kind] | None, ...) for name, kind in model.task.prediction_fields.items()},
+        error=(str, ...))
 
     class PredictResponse(BaseModel):
         model_version: str
+        status: str  # ok: every file predicted | partial: some have an error instead
+        failed: int
         predictions: list[Prediction]
 
     class Error(BaseModel):
@@ -337,13 +341,14 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     @app.post("/predict", response_model=PredictResponse,
               summary="Predict the class of one or more uploaded images",
               responses={413: {"model": Error, "description": "body over the byte limit"},
-                         415: {"model": Error, "description": "a file is not an image"},
-                         422: {"model": Error, "description": "corrupt image, image over the "
-                                                              "pixel limit, bad request"},
+                         415: {"model": Error, "description": "no file is an image"},
+                         422: {"model": Error, "description": "no file is usable (corrupt, "
+                                                              "over the pixel limit), or a "
+                                                              "bad request"},
                          503: {"model": Error, "description": "the model failed"}})
     async def predict(files: Annotated[list[UploadFile], File(
             description="One or more image files (multipart/form-data, field `files`)")]):
-        images = []
+        images, errors = [], []  # per file: a decoded image or None, and its error
         budget = app.state.budget
         for index, upload in enumerate(files):
             name = upload.filename or f"file #{index + 1}"
@@ -357,19 +362,28 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                 try:
                     images.append(await loop.run_in_executor(app.state.decoders, partial(
                         load_drafted, source, model.image_size, model.channels, draft)))
+                    errors.append(None)
                 finally:
                     await budget.release(cost)
             except BadImage as exc:
-                raise HTTPException(415 if exc.kind == "not_image" else 422,
-                                    detail=f"{name}: {exc}") from None
+                images.append(None)
+                errors.append((exc.kind, name, str(exc)))
+        if all(errors):  # nothing to predict: the request fails, naming every file
+            status = 415 if all(kind == "not_image" for kind, _, _ in errors) else 422
+            raise HTTPException(status, detail="; ".join(f"{name}: {why}"
+                                                         for _, name, why in errors))
         try:
-            results = await app.state.batcher.predict(images)
+            results = iter(await app.state.batcher.predict([i for i in images if i is not None]))
         except ModelFailed as exc:
             log.error("model failed: %s", exc)
             raise HTTPException(503, detail=f"the model failed: {exc}") from None
-        return {"model_version": model.version, "predictions": [
-            {"filename": upload.filename or "", **prediction}
-            for upload, prediction in zip(files, results, strict=True)]}
+        failed = sum(1 for e in errors if e)
+        return {"model_version": model.version, "status": "partial" if failed else "ok",
+                "failed": failed, "predictions": [
+                    {"filename": upload.filename or "", **(
+                        model.task.empty_prediction() if error else next(results)),
+                     "error": f"{error[0]}: {error[2]}" if error else ""}
+                    for upload, error in zip(files, errors, strict=True)]}
 
     return app
 

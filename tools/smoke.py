@@ -1,33 +1,72 @@
-"""Run the whole pipeline on a few dozen samples and one short epoch, in a temp copy.
+"""Run the whole pipeline on a small seeded subset of your data and one short epoch, in a temp
+copy.
 
 Proves data loading, forward/backward, loss, model save/load, evaluation and ONNX export all
-work before anyone spends hours on a full run. Your workspace is not touched.
+work with your data and your params before anyone spends hours on a full run. The subset is
+drawn from the configured `data.source` (stages/lib/subset.py: --per-class files of each class,
+or files for tasks without classes, chosen by a hash of --seed and the path); every param is
+yours except data.source, train.epochs and, so that the subset can pass, validate.min_per_class.
+`--sample` (or a data.source that is the built-in sample) uses the built-in data instead. Your
+workspace is not touched; the stages' progress is printed as they start.
 """
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import click
 
+SAMPLE_SOURCE = "data/sample"  # the `sample` stage's out
+SUBSET_DIR = "data/smoke"  # in the temp copy
+
 
 @click.command()
 @click.option("--per-class", default=6, show_default=True,
-              help="Images per class taken from the built-in sample.")
+              help="Images per class (per file group for tasks without classes).")
 @click.option("--epochs", default=1, show_default=True, help="Training epochs.")
+@click.option("--seed", default=0, show_default=True, help="Which images the subset takes.")
+@click.option("--sample", "use_sample", is_flag=True,
+              help="Use the built-in sample instead of data.source.")
 @click.option("--keep", is_flag=True, help="Keep the temp copy and print its path.")
-def main(per_class, epochs, keep):
-    """Run `dvc repro` on a tiny config in a temp copy of this project and check its outputs."""
+def main(per_class, epochs, seed, use_sample, keep):
+    """Run `dvc repro` on a small subset of data.source in a temp copy and check its outputs."""
     from stages.lib.io import StageError, read_json
+    from stages.lib.params import load_all
+    from stages.lib.subset import write_subset
+    from stages.tasks import current
     from tools.project import copy_project, dvc
 
     start = time.monotonic()
+    params = load_all()
+    source = params["data"].source
+    use_sample = use_sample or Path(source) == Path(SAMPLE_SOURCE)
+    if not use_sample and not Path(source).is_dir():
+        raise StageError(f"smoke: data.source {source} is not a folder here; fetch it (`dvc "
+                         f"pull`) or run `python -m tools.smoke --sample` on the built-in data.")
+    overrides = {"train.epochs": epochs}
+    if use_sample:
+        overrides.update({"data.source": SAMPLE_SOURCE, "sample.per_class": per_class})
+    else:
+        overrides.update({"data.source": SUBSET_DIR, "validate.min_per_class": min(
+            params["validate"].min_per_class, per_class)})
     tmp = Path(tempfile.mkdtemp(prefix="pipeline-smoke-"))
     try:
-        copy_project(Path.cwd(), tmp, params={"data.source": "data/sample",
-                                              "sample.per_class": per_class,
-                                              "train.epochs": epochs})
-        proc = dvc(tmp, "repro", check=False)
+        copy_project(Path.cwd(), tmp, params=overrides, git_init=False)
+        if use_sample:
+            click.echo(f"smoke: the built-in sample, {per_class} per class, {epochs} epoch(s)")
+        else:
+            n = write_subset(current(), Path(source), tmp / SUBSET_DIR, per_class, seed)
+            click.echo(f"smoke: {n} files of {source} ({per_class} per class, seed {seed}), "
+                       f"{epochs} epoch(s), your params otherwise")
+        from tools.project import git
+
+        git(tmp, "init", "-q")
+        git(tmp, "add", "-A")
+        git(tmp, "commit", "-qm", "smoke copy")
+        proc = dvc(tmp, "repro", check=False, progress=lambda line: click.echo(
+            f"smoke: stage {line.split(chr(39))[1]} ({time.monotonic() - start:.0f}s)")
+            if line.startswith("Running stage '") else None)
         if proc.returncode != 0:
             raise StageError(f"smoke: `dvc repro` failed in {tmp}:\n{proc.stdout[-4000:]}"
                              f"{proc.stderr[-4000:]}")
@@ -35,14 +74,17 @@ def main(per_class, epochs, keep):
             if not (tmp / out).is_file():
                 raise StageError(f"smoke: the pipeline finished but {out} is missing.")
         ev, ex = read_json(tmp / "metrics/eval.json"), read_json(tmp / "metrics/export.json")
-        click.echo(f"smoke: OK in {time.monotonic() - start:.1f}s: {ev['samples']} test images, "
-                   f"accuracy {ev['accuracy']:.3f} (untrained-ish, not a quality check), "
-                   f"ONNX max |diff| {ex['max_abs_diff']:.1e}")
+        task = current()
+        score = (f", {task.headline_metric} {ev[task.headline_metric]:.3f} (untrained-ish, "
+                 f"not a quality check)" if task.headline_metric in ev else "")
+        click.echo(f"smoke: OK in {time.monotonic() - start:.1f}s: {ev.get('samples', '?')} "
+                   f"test images{score}, ONNX max |diff| {ex['max_abs_diff']:.1e}")
     finally:
         if keep:
             click.echo(f"smoke: kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -115,6 +116,35 @@ def preflight(clone: Path) -> None:
             raise StageError(f"verify --pull: remote {f.message}\n  fix: {f.fix}")
 
 
+def copy_local_config(local: Path, dvc_dir: Path) -> list[str]:
+    """Copy this working copy's .dvc/config.local into a clone's .dvc/, keeping only what
+    applies to the clone's commit: a remote section that only adds settings (credentials) to a
+    remote the commit's .dvc/config does not define would make DVC refuse the whole config
+    ("expected 'url' for dictionary value"), and so would a default remote it does not know.
+    Everything else is kept. Returns the remotes left out."""
+    from configobj import ConfigObj
+
+    def remote(section: str) -> str:
+        kind, _, name = section.partition(" ")
+        return name.strip('"') if kind == "remote" and name else ""
+
+    committed = dvc_dir / "config"
+    known = {remote(s) for s in ConfigObj(str(committed))} if committed.is_file() else set()
+    conf = ConfigObj(str(local))
+    dropped = []
+    for section in list(conf):
+        name = remote(section)
+        if name and name not in known and "url" not in conf[section]:
+            dropped.append(name)
+            del conf[section]
+    known |= {remote(s) for s in conf} - {""}
+    if "core" in conf and conf["core"].get("remote") and conf["core"]["remote"] not in known:
+        del conf["core"]["remote"]
+    conf.filename = str(dvc_dir / "config.local")
+    conf.write()
+    return dropped
+
+
 def prepare_clone(root: Path, rev: str, clone: Path, pull: bool) -> str:
     """Clone root at rev into clone and get its `dvc add`ed inputs; return the commit sha."""
     from stages.lib.io import StageError
@@ -131,7 +161,7 @@ def prepare_clone(root: Path, rev: str, clone: Path, pull: bool) -> str:
     git(clone, "checkout", "-q", "--detach", sha)
     local = root / ".dvc" / "config.local"  # credentials live here, never in git
     if local.is_file():
-        shutil.copy2(local, clone / ".dvc" / "config.local")
+        copy_local_config(local, clone / ".dvc")
     tracked = [p for p in git(clone, "ls-files", "*.dvc").split("\n") if p]
     if not tracked:
         return sha
@@ -204,7 +234,15 @@ def main(rev, pull, stage_args, tol, keep):
         click.echo(f"verify: commit {sha[:12]} in {clone}: dvc repro --force "
                    f"{' '.join(stages) or '(all stages)'}", err=True)
         # --no-run-cache: upstream stages must run, not be restored from DVC's run cache.
-        proc = dvc(clone, "repro", "--force", "--no-run-cache", *stages, check=False)
+        start = time.monotonic()
+
+        def progress(line):  # each stage as DVC starts it, on stderr (stdout: the table)
+            if line.startswith("Running stage '"):
+                click.echo(f"verify: stage {line.split(chr(39))[1]} "
+                           f"({time.monotonic() - start:.0f}s)", err=True)
+
+        proc = dvc(clone, "repro", "--force", "--no-run-cache", *stages, check=False,
+                   progress=progress)
         if proc.returncode != 0:
             raise StageError(f"verify: `dvc repro` failed at {sha[:12]}:\n"
                              f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")

@@ -9,6 +9,7 @@ import os
 PREFIX = "PIPELINE_TEST_"
 HOOKS = {
     "KILL_AT_STEP": "train: SIGKILL the stage right after optimiser step N",
+    "INTERRUPT_AT_STEP": "train: SIGINT (as Ctrl-C sends) the stage right after step N",
     "POISON": "train: set the train sample with this path (as in data/split/train.csv) to inf",
     "EXPORT_MEAN_SHIFT": "export: the exported graphs add this number to their input, as a "
                          "model exported with another normalisation would (the gate must fail)",

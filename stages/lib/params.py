@@ -84,21 +84,44 @@ class Split:
         return []
 
 
+AUTO = "auto"  # prepare.image_size, channels, mean, std: chosen from the data by prepare
+
+
 @dataclass(frozen=True)
 class Prepare:
-    image_size: int = knob(16, at_least=1)
-    channels: int = knob(1, choices=(1, 3))  # 1 = greyscale, 3 = RGB
-    mean: list[float] = knob([0.5])
-    std: list[float] = knob([0.5])
+    # each of these four: a value, or auto = a deterministic function of the data, chosen and
+    # explained by prepare (stages/lib/autoprep.py) and recorded in data/processed/meta.json
+    image_size: int | str = 16  # pixels per side, >= 1 | auto: median shorter side, rounded
+    channels: int | str = 1  # 1 = greyscale, 3 = RGB | auto: 1 only when every image is grey
+    mean: list[float] | str = knob([0.5])  # per channel | auto: the train split's
+    std: list[float] | str = knob([0.5])  # per channel | auto: the train split's
     shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
     workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
 
     def problems(self) -> list[str]:
-        if len(self.mean) != self.channels or len(self.std) != self.channels:
+        out = []
+        if not (self.image_size == AUTO or isinstance(self.image_size, int)
+                and self.image_size >= 1):
+            out.append(f"`prepare.image_size` must be an integer >= 1 or auto, "
+                       f"got {self.image_size!r}")
+        if self.channels not in (1, 3, AUTO):
+            out.append(f"`prepare.channels` must be one of 1, 3, auto, got {self.channels!r}")
+        for name in ("mean", "std"):
+            if isinstance(getattr(self, name), str) and getattr(self, name) != AUTO:
+                out.append(f"`prepare.{name}` must be a list (one value per channel) or auto, "
+                           f"got {getattr(self, name)!r}")
+        if out:
+            return out
+        if (self.mean == AUTO) != (self.std == AUTO):
+            return ["prepare.mean and prepare.std are both auto or both lists"]
+        if self.mean != AUTO and self.channels != AUTO and (
+                len(self.mean) != self.channels or len(self.std) != self.channels):
             return [f"prepare.mean and prepare.std need one value per channel "
                     f"(prepare.channels is {self.channels}; got {len(self.mean)} and "
                     f"{len(self.std)})"]
-        if any(s <= 0 for s in self.std):
+        if self.mean != AUTO and len(self.mean) != len(self.std):
+            return ["prepare.mean and prepare.std need the same number of values"]
+        if self.std != AUTO and any(s <= 0 for s in self.std):
             return ["prepare.std values must be above 0"]
         return []
 
@@ -133,9 +156,20 @@ class Train:
     nnodes: int = knob(1, at_least=1)  # machines; > 1 meets at train.rdzv_endpoint (c10d)
     rdzv_endpoint: str = ""  # host:port of the c10d rendezvous (on the first machine)
     threads: int = knob(0, at_least=0)  # intra-op threads per process; 0 = its share of cores
+    # which weights become models/model.pt (and so evaluate, export, predict): the last
+    # epoch's, or best.pt's (the epoch train.best_metric liked best)
+    keep: str = knob("last", choices=("last", "best"))
+    device: str = "auto"  # auto (a GPU when one is visible) | cpu | cuda | cuda:N
 
     def problems(self) -> list[str]:
         out = []
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
+                and self.device[5:].isdigit()):
+            out.append(f"`train.device` must be auto, cpu, cuda or cuda:N (a GPU index), got "
+                       f"{self.device!r}")
+        elif self.device.startswith("cuda:") and self.nproc * self.nnodes > 1:
+            out.append("train.device cuda:N names one GPU: with train.nproc or train.nnodes "
+                       "> 1 use cuda (each process takes the GPU of its local rank)")
         if self.batch_size < self.nproc * self.nnodes:
             out.append(f"train.batch_size ({self.batch_size}) is the global batch, split over "
                        f"train.nproc x train.nnodes ({self.nproc} x {self.nnodes}) processes: "
@@ -230,7 +264,16 @@ def _coerce(key: str, value, ftype, path):
     if isinstance(ftype, types.UnionType) or origin is typing.Union:
         if value is None and type(None) in typing.get_args(ftype):
             return None
-        (ftype,) = set(typing.get_args(ftype)) - {type(None)}
+        options = [t for t in typing.get_args(ftype) if t is not type(None)]
+        lists = [t for t in options if typing.get_origin(t) in (list, tuple)]
+        if isinstance(value, list) and lists:  # a list is checked item by item, naming one
+            return _coerce(key, value, lists[0], path)
+        for option in options[:-1]:  # the first type the value fits (int | str: 16 or "auto")
+            try:
+                return _coerce(key, value, option, path)
+            except StageError:
+                pass
+        ftype = options[-1]
     if ftype is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if ftype is int and isinstance(value, int) and not isinstance(value, bool):

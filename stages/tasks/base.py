@@ -166,6 +166,23 @@ class Task:
         """The prediction fields of a row whose input failed (its error says why)."""
         return dict.fromkeys(self.prediction_fields)
 
+    # ---- tools.smoke: a small seeded subset of the configured data (stages/lib/subset.py)
+
+    def subset_group(self, values: dict) -> str:
+        """The group a file is drawn in for the smoke run, from its annotation values: its
+        class where the task has classes; "" (the default) draws files, whatever they hold."""
+        return ""
+
+    def subset_annotations(self, source: Path, dest: Path, annotations: Annotations,
+                           chosen: set) -> None:
+        """Write the annotation files of the chosen images into dest (the subset's source).
+        Default (stages/lib/subset.py): an annotation file named like an image (a.txt beside
+        or mirroring a.jpg) goes with that image; any other (labels.csv, classes.txt) is
+        copied whole. Override when a shared file must be cut down to the chosen images."""
+        from stages.lib.subset import copy_annotations
+
+        copy_annotations(source, dest, annotations, chosen)
+
     # ---- report
 
     def headline(self, facts) -> list:

@@ -87,6 +87,12 @@ class Classification(Task):
 
         return decode(outputs, meta["classes"], k)
 
+    def subset_group(self, values):
+        return f"{values.get('split', '')}/{values.get('label', '')}"  # per class (and split)
+
+    def subset_annotations(self, source, dest, found, chosen):
+        annotations.write_subset_labels(source, dest, found, chosen)
+
     def headline(self, facts):
         from stages.tasks.classification import report
 

@@ -70,3 +70,14 @@ def read_annotations(source: Path, listing: list) -> Annotations:
                                       f"data.source")
         out.extra.append(rel)
     return out
+
+
+def write_subset_labels(source: Path, dest: Path, found: Annotations, chosen: set) -> None:
+    """tools.smoke's subset: labels.csv cut down to the chosen images (the rest of its rows
+    would be `missing`); folder layouts need no annotation file."""
+    from stages.lib.io import write_csv
+
+    if LABELS not in found.skip:
+        return
+    rows = read_csv(source / LABELS)
+    write_csv(dest / LABELS, [r for r in rows if r["path"] in chosen], list(rows[0]))

@@ -1,0 +1,118 @@
+"""prepare's `auto` settings: image size, channels and normalisation as functions of the data.
+
+Every choice is a deterministic function of the split files and the dataset's bytes (no
+sampling, no floating-point sums whose order could vary), so `dvc repro` reproduces it bit for
+bit. Each comes with one line saying what was chosen and why; an explicit value gets a line too,
+with a hint when `auto` would have chosen differently (your own data trained at the digits'
+16x16 grey is then never silent). Task-agnostic: any task whose inputs are images.
+
+- image_size auto: the median shorter side of the train images (from their headers, nothing
+  decoded), rounded to the nearest multiple of 8, at least 8 and at most AUTO_SIZE_CAP.
+- channels auto: 1 when every image (all splits) is grey (a grey mode, or a palette whose colours
+  are all grey), else 3.
+- mean/std auto: per channel, over every pixel of the prepared train split (after decoding,
+  conversion and resizing: exactly what the model sees), computed from exact integer sums and
+  rounded to 4 decimals.
+"""
+from pathlib import Path
+
+from stages.lib.params import AUTO
+
+AUTO_SIZE_CAP = 128  # image_size auto never exceeds this (set image_size to go larger)
+SIZE_MULTIPLE = 8
+GREY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+
+
+def is_grey(path) -> bool:
+    """From the header: a grey mode, or a palette of grey colours only."""
+    from stages.lib.images import open_header
+
+    with open_header(path) as img:
+        if img.mode in GREY_MODES:
+            return True
+        if img.mode in ("P", "PA"):
+            pal = img.getpalette() or []
+            return all(pal[i] == pal[i + 1] == pal[i + 2] for i in range(0, len(pal) - 2, 3))
+        return False
+
+
+def shorter_side(path) -> int:
+    from stages.lib.images import open_header
+
+    with open_header(path) as img:
+        return min(img.size)
+
+
+def auto_size(sides: list) -> int:
+    """The median shorter side, rounded to a multiple of 8, within [8, AUTO_SIZE_CAP]."""
+    s = sorted(sides)
+    median = (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+    rounded = SIZE_MULTIPLE * round(median / SIZE_MULTIPLE)
+    return int(min(AUTO_SIZE_CAP, max(SIZE_MULTIPLE, rounded)))
+
+
+def resolve_shape(p, splits: dict, source: Path) -> tuple:
+    """(image_size, channels, [one line per setting]) from the params and the split rows.
+    Reads every image's header (nothing is decoded) so that an explicit value that differs from
+    what auto would choose gets a hint."""
+    train = splits.get("train") or [r for rows in splits.values() for r in rows]
+    every = [r for rows in splits.values() for r in rows]
+    sides = sorted(shorter_side(source / r["path"]) for r in train)
+    size = auto_size(sides) if sides else SIZE_MULTIPLE
+    why = (f"median shorter side of {len(sides)} train images is "
+           f"{sides[(len(sides) - 1) // 2] if sides else 0} px, rounded to a multiple of "
+           f"{SIZE_MULTIPLE}, at most {AUTO_SIZE_CAP}")
+    if p.image_size == AUTO:
+        size_line = f"prepare.image_size: {size} (auto: {why})"
+    else:
+        size_line = f"prepare.image_size: {p.image_size} (params.yaml)" + (
+            "" if p.image_size == size else f"; auto would choose {size}: {why}")
+        size = p.image_size
+    colour = sum(not is_grey(source / r["path"]) for r in every)
+    channels = 3 if colour else 1
+    why = (f"{colour} of {len(every)} images are colour" if colour
+           else f"all {len(every)} images are grey")
+    if p.channels == AUTO:
+        channels_line = f"prepare.channels: {channels} (auto: {why})"
+    else:
+        channels_line = f"prepare.channels: {p.channels} (params.yaml)" + (
+            "" if p.channels == channels else f"; auto would choose {channels}: {why}")
+        channels = p.channels
+    return size, channels, [size_line, channels_line]
+
+
+def check_norm(p, channels: int) -> None:
+    """Explicit mean/std must have one value per (resolved) channel."""
+    if p.mean != AUTO and len(p.mean) != channels:
+        from stages.lib.io import StageError
+
+        raise StageError(f"prepare.mean and prepare.std have {len(p.mean)} value(s) but "
+                         f"prepare.channels is {channels}: give one value per channel, or set "
+                         f"both to auto")
+
+
+def resolve_norm(p, channels: int, train_images) -> tuple:
+    """(mean, std, line): the params' values, or the train split's (train_images(): an iterable
+    of uint8 NxHxWxC arrays) when auto."""
+    check_norm(p, channels)
+    if p.mean != AUTO:
+        return list(p.mean), list(p.std), (f"prepare.mean/std: {p.mean} / {p.std} "
+                                           f"(params.yaml; auto uses the train split's)")
+    import numpy as np
+
+    total = np.zeros(channels, dtype=np.int64)
+    squares = np.zeros(channels, dtype=np.int64)
+    n = 0
+    for x in train_images():
+        flat = x.reshape(-1, channels).astype(np.int64)
+        total += flat.sum(axis=0)
+        squares += (flat * flat).sum(axis=0)
+        n += len(flat)
+    mean, std = [], []
+    for c in range(channels):  # exact integers up to here; one division per value
+        m = int(total[c]) / (n * 255)
+        var = max(0.0, int(squares[c]) / (n * 255 * 255) - m * m)
+        mean.append(round(m, 4))
+        std.append(max(round(var ** 0.5, 4), 0.0001))  # a constant channel: never divide by 0
+    return mean, std, (f"prepare.mean/std: {mean} / {std} (auto: per channel over "
+                       f"{n} train pixels)")
