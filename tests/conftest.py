@@ -129,7 +129,7 @@ def copy_ocr_project(dest, params: dict) -> Path:
     return dest
 
 
-OCR_TINY_RUN = {"sample.lines": 240, "train.epochs": 1}
+OCR_TINY_RUN = {"sample.lines": 240, "train.epochs": 1, "train.warmup_epochs": 0}
 
 
 @pytest.fixture(scope="session")
