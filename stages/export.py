@@ -91,7 +91,9 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     import onnx
     import torch
 
-    example = torch.zeros(2, meta["channels"], meta["image_size"], meta["image_size"])
+    from stages.lib.images import input_hw
+
+    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = Path(tmp) / "model.onnx"
@@ -130,7 +132,9 @@ def torchscript_bytes(model, meta, task) -> bytes:
 
     import torch
 
-    example = torch.zeros(2, meta["channels"], meta["image_size"], meta["image_size"])
+    from stages.lib.images import input_hw
+
+    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     buf = io.BytesIO()
     extra = {k: json.dumps(meta[k]) for k in (*task.meta_keys, *PREPROCESSING_KEYS)}
     # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.

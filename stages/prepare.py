@@ -29,6 +29,12 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def input_size(p, image_size):
+    """meta.json's image_size: a side (square images; image_size, resolved when auto), or
+    [height, width] for text lines."""
+    return [p.height, p.width] if p.height else image_size
+
+
 def init_worker(params_path, meta, source, image_size, channels):
     from stages.tasks import current
 
@@ -43,7 +49,9 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels):
 
     from stages.lib.images import load_image
 
-    x = np.zeros((len(rows), image_size, image_size, channels), dtype=np.uint8)
+    from stages.lib.images import input_hw
+
+    x = np.zeros((len(rows), *input_hw(image_size), channels), dtype=np.uint8)
     y = []
     for i, r in enumerate(rows):
         x[i] = load_image(source / r["path"], image_size, channels)
@@ -72,7 +80,7 @@ def write_shards(splits, params_path, meta, source, p, workers: int, image_size:
     jobs = [(name, k, rows[start:start + p.shard_size])
             for name, rows in splits.items()
             for k, start in enumerate(range(0, len(rows), p.shard_size))]
-    init = (params_path, meta, str(source), image_size, channels)
+    init = (params_path, meta, str(source), input_size(p, image_size), channels)
     total = sum(len(r) for r in splits.values())
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
     if workers == 1 or len(jobs) <= 1:
@@ -127,7 +135,7 @@ def main(params_path):
     mean, std, line = resolve_norm(p, channels, train_images)
     click.echo(line)
     write_json(OUT_DIR / "meta.json", {
-        **meta, "image_size": image_size, "channels": channels,
+        **meta, "image_size": input_size(p, image_size), "channels": channels,
         "mean": mean, "std": std, "counts": {n: len(r) for n, r in splits.items()},
         "shard_size": p.shard_size,
     })

@@ -15,7 +15,7 @@ import click
 
 from stages.lib import checks
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
-from stages.lib.params import load, params_option
+from stages.lib.params import load_all, params_option
 
 MANIFEST = Path("data/manifest.csv")
 METRICS = Path("metrics/validation.json")
@@ -234,8 +234,10 @@ def main(params_path):
     """
     from stages.tasks import current
 
-    p = load("validate", params_path)
+    params = load_all(params_path)
+    p = params["validate"]
     task = current(params_path)
+    task.configure(params)
     rows = read_csv(MANIFEST)
     result = check_all(rows, p, task)
     summary = summarize(rows, result, task)

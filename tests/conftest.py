@@ -150,6 +150,50 @@ def detection_project(tmp_path_factory):
     return dest
 
 
+def ocr_params(**overrides) -> dict:
+    """The ocr task's built-in sample params (its sample_params), plus overrides."""
+    from stages.tasks.ocr import TASK
+
+    return {**TASK.sample_params, **overrides}
+
+
+def copy_ocr_project(dest, params: dict) -> Path:
+    """A git-committed project copy with `task: ocr` and params (dotted keys)."""
+    import yaml
+
+    from tools.project import copy_project, git
+
+    dest = copy_project(ROOT, dest, params=params, git_init=False)
+    raw = yaml.safe_load((dest / "params.yaml").read_text())
+    raw["task"] = "ocr"
+    (dest / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "copy of the project, task ocr")
+    return dest
+
+
+OCR_TINY_RUN = {"sample.lines": 240, "train.epochs": 1, "train.warmup_epochs": 0}
+
+
+@pytest.fixture(scope="session")
+def ocr_project(tmp_path_factory):
+    """A project copy with `task: ocr` on which `dvc repro` ran once on 240 sample lines for 1
+    epoch, committed (the OCR twin of trained_project). Read-only: take a `copy_run` of it to
+    change anything."""
+    from tools.project import dvc, git
+
+    dest = copy_ocr_project(tmp_path_factory.mktemp("ocr") / "project",
+                            ocr_params(**OCR_TINY_RUN))
+    proc = dvc(dest, "repro")
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
+        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
+        "report"]
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "tiny ocr run")
+    return dest
+
+
 # export.formats (tests/test_export_formats.py): a few more images and epochs than TINY_RUN, so
 # the model is accurate enough that a perturbed conversion visibly loses accuracy; the metric
 # gate allows two test images of drift (int8 may flip a near-tie on another CPU type).

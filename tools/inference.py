@@ -134,7 +134,9 @@ def decode_bytes(mode: str, size: tuple, channels: int, image_size: int = 64) ->
         extra, copies = (1 if channels == 1 else 4), 2
     else:  # CMYK, YCbCr, 1...: to RGB, then to L for grey
         extra, copies = 4 + 1, 3
-    resize = image_size * height * 4 + height * 8
+    from stages.lib.images import input_hw
+
+    resize = input_hw(image_size)[1] * height * 4 + height * 8
     return (pixels * (stored + extra) + copies * height * 8 + resize) * 5 // 4  # +25%: codecs
 
 
@@ -180,7 +182,7 @@ def load_drafted(src, image_size: int, channels: int, draft) -> np.ndarray:
     or None): uint8 HxWxC; BadImage when it fails."""
     from PIL import Image
 
-    from stages.lib.images import load_image, to_model_mode
+    from stages.lib.images import fit, input_hw, load_image, to_model_mode
 
     try:
         with Image.open(src) as img:
@@ -191,10 +193,8 @@ def load_drafted(src, image_size: int, channels: int, draft) -> np.ndarray:
             return sized(load_image(src, image_size, channels), size)
         with Image.open(src) as img:
             img.draft("L" if channels == 1 else "RGB", draft)
-            img = to_model_mode(img, channels)
-            img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
-            arr = np.asarray(img, dtype=np.uint8)
-        return sized(arr.reshape(image_size, image_size, channels), size)
+            arr = fit(to_model_mode(img, channels), image_size)
+        return sized(arr.reshape(*input_hw(image_size), channels), size)
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadImage("corrupt", message) from None
@@ -207,7 +207,7 @@ class Model:
 
     backend: str
     path: str
-    image_size: int
+    image_size: int  # or [height, width] (text lines)
     channels: int
     mean: list
     std: list

@@ -278,7 +278,9 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     async def lifespan(app):
         batcher = MicroBatcher(model, top_k, max_batch, max_wait_ms / 1000)
         worker = asyncio.create_task(batcher.run())
-        size = (model.image_size, model.image_size, model.channels)
+        from stages.lib.images import input_hw
+
+        size = (*input_hw(model.image_size), model.channels)
         await batcher.predict([np.zeros(size, dtype=np.uint8)])  # the model really runs
         app.state.batcher = batcher
         app.state.budget = DecodeBudget(budget_bytes)

@@ -189,13 +189,40 @@ def to_model_mode(img, channels: int):
     return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def load_image(path, image_size: int, channels: int) -> np.ndarray:
-    """Decode, convert to grey or RGB, and resize to image_size x image_size: uint8 HxWxC."""
+def input_hw(image_size) -> tuple[int, int]:
+    """(height, width) of the model input: image_size is a side (square images) or, for text
+    lines (prepare.height), [height, width]."""
+    if isinstance(image_size, (list, tuple)):
+        return int(image_size[0]), int(image_size[1])
+    return int(image_size), int(image_size)
+
+
+def fit(img, image_size):
+    """The converted image resized to the model input: a square, or a line (image_size
+    [height, width]) scaled to the height with its aspect kept, squeezed to the width when
+    wider, right-padded when narrower with the median of its border pixels (the paper)."""
+    if not isinstance(image_size, (list, tuple)):
+        return np.asarray(img.resize((image_size, image_size), Image.Resampling.BILINEAR),
+                          dtype=np.uint8)
+    height, width = input_hw(image_size)
+    scaled = min(max(1, round(img.width * height / max(img.height, 1))), width)
+    arr = np.asarray(img.resize((scaled, height), Image.Resampling.BILINEAR), dtype=np.uint8)
+    if scaled == width:
+        return arr
+    grid = arr.reshape(height, scaled, -1)
+    border = np.concatenate([grid[0], grid[-1], grid[:, 0], grid[:, -1]])
+    paper = np.median(border, axis=0).round().astype(np.uint8)
+    out = np.empty((height, width, grid.shape[2]), dtype=np.uint8)
+    out[:] = paper
+    out[:, :scaled] = grid
+    return out.reshape((height, width, *arr.shape[2:]))
+
+
+def load_image(path, image_size, channels: int) -> np.ndarray:
+    """Decode, convert to grey or RGB, and resize (fit) to the model input: uint8 HxWxC."""
     with Image.open(path) as img:
-        img = to_model_mode(img, channels)
-        img = img.resize((image_size, image_size), Image.Resampling.BILINEAR)
-        arr = np.asarray(img, dtype=np.uint8)
-    return arr.reshape(image_size, image_size, channels)
+        arr = fit(to_model_mode(img, channels), image_size)
+    return arr.reshape(*input_hw(image_size), channels)
 
 
 def normalize(batch: np.ndarray, mean, std) -> np.ndarray:

@@ -43,6 +43,7 @@ class Data:
 class Sample:
     per_class: int = knob(0, at_least=0)  # first N images of each class; 0 keeps all
     images: int = knob(0, at_least=0)  # detection: images written; 0 = its default (1,000)
+    lines: int = knob(0, at_least=0)  # ocr: text lines written; 0 = the task's 2,400
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class Validate:
     min_box_px: float = knob(2.0, at_least=0.0)  # detection: smallest box side, in pixels
     box_tolerance: float = knob(0.01, at_least=0.0)  # detection: corners may pass 0-1 by this
     require_labels: bool = False  # detection: an image with no label file blocks (not background)
+    charset: str = ""  # ocr: every character a transcript may hold; "" = any (the model's
+    #                    charset is then the training split's characters)
+    max_aspect: float = knob(2.0, above=0.0)  # ocr: a line's height / width, at most
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,16 @@ class Prepare:
     std: list[float] | str = knob([0.5])  # per channel | auto: the train split's
     shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
     workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
+    # text lines: > 0 resizes each image to this height, aspect kept, right-padded (or squeezed)
+    # to `width`, instead of image_size x image_size; 0 = off (square images)
+    height: int = knob(0, at_least=0)
+    width: int = knob(0, at_least=0)  # with height: the padded width of every line
 
     def problems(self) -> list[str]:
         out = []
+        if self.height and self.width < self.height:
+            out.append(f"prepare.width must be at least prepare.height ({self.height}) when "
+                       f"prepare.height is set, got {self.width}")
         if not (self.image_size == AUTO or isinstance(self.image_size, int)
                 and self.image_size >= 1):
             out.append(f"`prepare.image_size` must be an integer >= 1 or auto, "
@@ -148,6 +159,8 @@ class Train:
     aug_hflip: float = knob(0.0, at_least=0.0, at_most=1.0)  # horizontal flip probability
     aug_rotate: float = knob(0.0, at_least=0.0, at_most=180.0)  # max rotation in degrees
     aug_jitter: float = knob(0.0, at_least=0.0)  # brightness/contrast jitter strength
+    aug_stretch: float = knob(0.0, at_least=0.0, below=1.0)  # ocr: max horizontal squeeze
+    aug_blur: float = knob(0.0, at_least=0.0, at_most=1.0)  # ocr: probability of a 3x3 blur
     init_from: str = ""  # weights file or a previous model.pt to start from; "" = random init
     freeze_backbone: bool = False  # with init_from: train only the head
     checkpoint_every_steps: int = knob(0, at_least=0)  # also last.pt every N steps; 0 = epochs
@@ -237,7 +250,7 @@ SECTIONS = {
 STAGE_PARAMS = {
     "sample": ("sample",),
     "ingest": ("data.source", "ingest", "validate.max_pixels"),  # bombs are never decoded
-    "validate": ("validate",),
+    "validate": ("validate", "prepare.height", "prepare.width"),  # the CTC length rule
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
     "prepare": ("data.source", "prepare"),
     "train": ("train",),

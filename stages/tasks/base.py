@@ -48,6 +48,13 @@ class Task:
     output_names = ("logits",)  # the ONNX graph's outputs
     agreement_name = "agreement"  # metrics/export.json key: share of items whose decision agrees
     headline_metric = ""  # the metrics/eval.json key a reader looks at first
+    # {dotted params key: value} the built-in sample needs besides `task` and `data.source`
+    sample_params: dict = {}
+
+    def configure(self, params: dict) -> None:
+        """Called by validate with every section's typed params ({section: params}) before
+        any check: a task whose checks depend on another stage's knobs (ocr: the CTC length
+        rule on prepare.height/width) reads them here. Default: nothing."""
 
     @property
     def headline_higher_is_better(self) -> bool:

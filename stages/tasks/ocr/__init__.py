@@ -1,0 +1,161 @@
+"""Text recognition (OCR): cropped line images with transcripts in (rec_gt.txt, JSONL or
+x.png + x.txt pairs), a small CRNN trained with CTC, CER on the fixed test split, text out."""
+from stages.tasks.base import Task
+from stages.tasks.ocr import annotations, checks
+
+
+class OCR(Task):
+    name = "ocr"
+    annotation_fields = ("text", "text_sha256")
+    checks = checks.CHECKS
+    annotation_errors = ("unlabelled", "missing", "duplicate_entry", "bad_list")
+    meta_keys = ("charset", "blank", "max_len")
+    target_dtype = "int32"  # per line: [length, code, ..., 0 padding]
+    val_metric = "cer"
+    val_higher_is_better = False
+    output_names = ("logits",)  # N x T x (1 + len(charset)); class 0 is the CTC blank
+    agreement_name = "text_agreement"
+    headline_metric = "cer"
+    # The params the built-in sample needs besides `task: ocr` and `data.source`.
+    sample_params = {
+        "sample.lines": 2400,
+        "prepare.height": 32, "prepare.width": 192,
+        "train.model": "crnn", "train.epochs": 12, "train.batch_size": 32, "train.lr": 0.003,
+        "train.warmup_epochs": 1, "train.grad_clip": 5.0,
+        "train.aug_rotate": 1.5, "train.aug_stretch": 0.15, "train.aug_blur": 0.3,
+        "train.aug_jitter": 0.1,
+        "validate.near_dup_distance": -1,
+    }
+
+    geometry = (32, 192)  # (prepare.height, prepare.width), set by configure()
+
+    def configure(self, params):
+        prepare = params["prepare"]
+        if prepare.height:
+            self.geometry = (prepare.height, prepare.width)
+
+    def sample(self, params_path):
+        from stages.lib.params import load
+        from stages.tasks.ocr.sample import LINES, text_lines
+
+        return text_lines(load("sample", params_path).lines or LINES)
+
+    def read_annotations(self, source, listing):
+        return annotations.read_annotations(source, listing)
+
+    def annotation_key(self, row):
+        return row["text"]
+
+    def check_columns(self, rows, ok, p):
+        return checks.check_columns(rows, ok, p, self.geometry)
+
+    def file_expectations(self, p):
+        return checks.file_expectations(p)
+
+    def reason(self, check, row, p):
+        return checks.reason(check, row, p, self.geometry)
+
+    def prepare_meta(self, splits):
+        from stages.lib.io import StageError
+
+        charset = sorted({c for r in splits["train"] for c in r["text"]})
+        if not charset:
+            raise StageError("prepare: the training split holds no characters")
+        return {"charset": charset, "blank": 0,
+                "max_len": max(len(r["text"]) for rows in splits.values() for r in rows)}
+
+    def encoder(self, meta):
+        from stages.lib.io import StageError
+        from stages.tasks.ocr.ctc import encode
+
+        index = {c: i + 1 for i, c in enumerate(meta["charset"])}
+        if len(index) != len(meta["charset"]):
+            raise StageError("prepare: the charset repeats a character")
+        return lambda row, pixels: encode(row["text"], index, meta["max_len"])
+
+    def build_model(self, name, meta):
+        from stages.lib.images import input_hw
+        from stages.tasks.ocr.model import build_model
+
+        height, _ = input_hw(meta["image_size"])
+        return build_model(name, 1 + len(meta["charset"]), meta["channels"], height)
+
+    def augment(self, x, y, p, seed):
+        from stages.tasks.ocr.augment import augment
+
+        return augment(x, p, seed), y
+
+    def loss(self, outputs, targets, p):
+        """CTC with zero_infinity=True, deliberately: a line CTC cannot align (more labels than
+        frames allow) has an infinite loss, and one such line would make the batch's loss and
+        gradients inf. zero_infinity zeroes that line's loss and gradient instead, which hides
+        it: validate's too_long check is what guarantees no such line reaches training. NaN
+        (a poisoned input) is not hidden: the loss stays NaN and train stops loudly."""
+        import torch
+        import torch.nn.functional as F
+
+        logp = outputs.float().log_softmax(-1).transpose(0, 1)  # T x N x C
+        lengths = targets[:, 0].long()
+        frames = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long)
+        return F.ctc_loss(logp, targets[:, 1:].long(), frames, lengths, blank=0,
+                          reduction="mean", zero_infinity=True)
+
+    def val_sums(self, outputs, targets):
+        import torch
+        import torch.nn.functional as F
+        from rapidfuzz.distance import Levenshtein
+
+        from stages.tasks.ocr.ctc import collapse
+
+        outputs = outputs.float()
+        logp = outputs.log_softmax(-1).transpose(0, 1)
+        lengths = targets[:, 0].long()
+        frames = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long)
+        loss = F.ctc_loss(logp, targets[:, 1:].long(), frames, lengths, blank=0,
+                          reduction="sum", zero_infinity=True).item()
+        cer = 0.0
+        for path, target in zip(outputs.argmax(-1).tolist(), targets.tolist(), strict=True):
+            codes = collapse(path)
+            truth = target[1:1 + target[0]]
+            cer += Levenshtein.distance(codes, truth) / max(len(truth), 1)
+        return loss, cer
+
+    def evaluate(self, outputs, targets, paths, images, meta, p):
+        from stages.tasks.ocr.metrics import evaluate
+
+        return evaluate(outputs, paths, images, meta, p)
+
+    def agree(self, reference, candidate):
+        import numpy as np
+
+        from stages.tasks.ocr.ctc import collapse
+
+        return np.array([collapse(a) == collapse(b) for a, b in
+                         zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
+
+    def describe(self, outputs_row):
+        from stages.tasks.ocr.ctc import collapse
+
+        return f"decoded classes {collapse(outputs_row.argmax(-1))}"
+
+    prediction_fields = {"text": "string", "confidence": "number"}
+
+    def empty_prediction(self):
+        return {"text": "", "confidence": None}
+
+    def decode(self, outputs, meta, k):
+        from stages.tasks.ocr.ctc import greedy
+
+        return [{"text": t, "confidence": c} for t, c in greedy(outputs, meta["charset"])]
+
+    def headline(self, facts):
+        return [("test CER", facts.eval.get("cer")),
+                ("line accuracy", facts.eval.get("line_accuracy"))]
+
+    def report_sections(self, facts):
+        from stages.tasks.ocr import report
+
+        return report.sections(facts)
+
+
+TASK = OCR()

@@ -1,0 +1,130 @@
+"""Where transcripts come from, in the order looked for under data.source:
+
+1. `rec_gt.txt`, PaddleOCR's recognition list: one `relative/path<TAB>text` per line;
+2. a JSONL file at the top (the first `*.jsonl` by name): one `{"path": ..., "text": ...}` per
+   line;
+3. otherwise pairs: `x.png` (any image) beside `x.txt` holding its transcript (UTF-8; one final
+   newline is dropped).
+
+The transcript and its SHA-256 go into the manifest (columns `text`, `text_sha256`), so the
+split, the fingerprint and dvc.lock cover the labels. Problems become annotation errors of the
+entry they concern, every one collected: a list that is not UTF-8 (named with its line numbers,
+as a manifest row of the list itself), a malformed line, a path listed twice (every entry after
+the first), a listed file that is not there, an image with no transcript. The text is kept as
+written: whitespace is validate's warning, emptiness its error.
+"""
+import hashlib
+import json
+from pathlib import Path
+
+from stages.tasks.base import Annotations
+
+LIST = "rec_gt.txt"
+BLANK = {"text": "", "text_sha256": "", "group": "", "timestamp": "", "split": ""}
+
+
+def text_values(text: str) -> dict:
+    return {**BLANK, "text": text, "text_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def parse_list(path: Path, kind: str):
+    """({path: text}, {path: error} for second and later entries, [list problems])."""
+    entries, errors, problems, bad_lines = {}, {}, [], []
+    for n, raw in enumerate(path.read_bytes().split(b"\n"), 1):
+        raw = raw.removesuffix(b"\r")
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            bad_lines.append(n)
+            continue
+        if kind == "list":
+            rel, tab, text = line.partition("\t")
+            if not tab:
+                problems.append(f"line {n} has no TAB between path and text")
+                continue
+        else:
+            try:
+                item = json.loads(line)
+                rel, text = item["path"], item["text"]
+                if not isinstance(rel, str) or not isinstance(text, str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                problems.append(f"line {n} is not a JSON object with string `path` and `text`")
+                continue
+        rel = rel.strip().removeprefix("./")
+        if rel in entries:
+            errors.setdefault(rel, []).append(n)
+            continue
+        entries[rel] = text
+    if bad_lines:
+        shown = ", ".join(map(str, bad_lines[:10])) + (" ..." if len(bad_lines) > 10 else "")
+        problems.insert(0, f"not UTF-8 on {len(bad_lines)} line(s): {shown}; save it as UTF-8 "
+                           f"(its entries there count as missing transcripts)")
+    return entries, errors, problems
+
+
+def read_annotations(source: Path, listing: list) -> Annotations:
+    out = Annotations()
+    names = {rel for rel, kind, _ in listing if kind == "file"}
+    jsonl = sorted(rel for rel in names if "/" not in rel and rel.endswith(".jsonl"))
+    list_file = LIST if LIST in names else jsonl[0] if jsonl else None
+    if list_file is None:
+        return pairs(source, listing, out)
+    entries, duplicates, problems = parse_list(source / list_file,
+                                               "list" if list_file == LIST else "jsonl")
+    out.skip.add(list_file)
+    if problems:
+        out.values[list_file] = dict(BLANK)
+        out.errors[list_file] = ("bad_list", f"{list_file}: " + "; ".join(problems))
+        out.extra.append(list_file)
+    for rel, kind, _ in listing:
+        if rel in out.skip:
+            continue
+        if rel in entries:
+            out.values[rel] = text_values(entries[rel])
+        else:
+            out.values[rel] = dict(BLANK)
+            out.errors[rel] = ("unlabelled", f"unlabelled: not listed in {list_file}")
+        if rel in duplicates:
+            out.errors[rel] = ("duplicate_entry", f"listed more than once in {list_file} "
+                               f"(lines {', '.join(map(str, duplicates[rel]))} repeat it)")
+        elif kind == "empty":
+            out.errors[rel] = ("unlabelled", "an empty folder")
+    listed = {rel for rel, _, _ in listing}
+    for rel in sorted(set(entries) - listed):
+        out.values[rel] = text_values(entries[rel])
+        out.errors[rel] = ("missing", f"missing: listed in {list_file} but not found under "
+                                      f"data.source")
+        out.extra.append(rel)
+    return out
+
+
+def pairs(source: Path, listing: list, out: Annotations) -> Annotations:
+    """x.png + x.txt: the transcript beside each image."""
+    files = {rel for rel, kind, _ in listing if kind == "file"}
+    texts = {rel for rel in files if rel.endswith(".txt")}
+    out.skip |= texts
+    images = {rel.rpartition(".")[0]: rel for rel in files - texts}
+    for rel, kind, _ in listing:
+        if rel in out.skip:
+            continue
+        txt = rel.rpartition(".")[0] + ".txt"
+        if kind != "file" or txt not in texts:
+            out.values[rel] = dict(BLANK)
+            out.errors[rel] = ("unlabelled", f"unlabelled: no {Path(txt).name} beside it")
+            continue
+        try:
+            out.values[rel] = text_values(
+                (source / txt).read_bytes().decode("utf-8").removesuffix("\n").removesuffix("\r"))
+        except UnicodeDecodeError as exc:
+            out.values[rel] = dict(BLANK)
+            out.errors[rel] = ("bad_list", f"{Path(txt).name} is not UTF-8 ({exc.reason} at "
+                                           f"byte {exc.start})")
+    for txt in sorted(texts):
+        if txt.rpartition(".")[0] not in images:
+            out.values[txt] = dict(BLANK)
+            out.errors[txt] = ("missing", "a transcript with no image beside it")
+            out.extra.append(txt)
+    return out

@@ -1,0 +1,53 @@
+"""The OCR task's part of the run report: headline metrics, accuracy per character class, the
+CER distribution, the worst lines (image, truth, prediction) and the most frequent character
+confusions."""
+from stages.report.html import card, esc, lower_is_better, num, png_uri, table
+from stages.tasks.classification.report import eval_file
+
+ROWS = 20
+
+
+def sections(facts) -> list[tuple[str, str, str]]:
+    return [("evaluation", "Evaluation", evaluation(facts))]
+
+
+def evaluation(facts) -> str:
+    metrics = {k: v for k, v in sorted(facts.eval.items())
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
+                         "lower is better" if lower_is_better(k) or k in ("cer", "wer") else "")
+                    for k, v in metrics.items())
+    per_class = eval_file(facts, "per_class.json")
+    class_rows = [f"<tr><td>{esc(c)}</td>{num(f'per_class.{c}', a)}</tr>"
+                  for c, a in per_class.items()]
+    hist = eval_file(facts, "cer_distribution.csv")
+    hist_rows = [f"<tr><td>{esc(r['bin'])}</td>{num('cer_bins.' + r['bin'], int(r['lines']))}"
+                 f"</tr>" for r in hist]
+    bad = eval_file(facts, "bad_cases.csv")
+    bad_rows = [f"<tr><td><code>{esc(r['path'])}</code></td><td>{esc(r['truth'])}</td>"
+                f"<td>{esc(r['predicted'])}</td><td>{esc(r['cer'])}</td>"
+                f"<td>{esc(r['confidence'])}</td></tr>" for r in bad[:ROWS]]
+    pairs = eval_file(facts, "confusions.csv")
+    pair_rows = [f"<tr><td>{esc(repr(r['truth']) if r['truth'] else '(inserted)')}</td>"
+                 f"<td>{esc(repr(r['predicted']) if r['predicted'] else '(deleted)')}</td>"
+                 f"<td>{esc(r['count'])}</td></tr>" for r in pairs[:ROWS]]
+    png = facts.eval_files.get("bad_cases.png")
+    sheet = (f'<img class="sheet" alt="worst test lines: image, truth, prediction" '
+             f'src="{png_uri(png)}">' if png else "<p class=\"muted\">No line is wrong.</p>")
+    return f"""
+<p class="lead">On the fixed test split: {facts.eval.get('lines', 0):,} lines,
+{len(bad)} with at least one error.</p>
+<div class="cards">{cards}</div>
+<div class="grid2">
+<div><h3>Accuracy per character class</h3>
+{table(["class", "accuracy"], class_rows, "numeric")}</div>
+<div><h3>CER distribution <span class="muted small">(lines per CER bin)</span></h3>
+{table(["CER", "lines"], hist_rows, "numeric")}</div>
+</div>
+<h3>Worst lines <span class="muted small">(highest CER first; black: truth, red: prediction)
+</span></h3>
+{sheet}
+{table(["path", "truth", "predicted", "CER", "confidence"], bad_rows, "narrow")}
+<h3>Character confusions <span class="muted small">(truth -> predicted, most frequent
+first)</span></h3>
+{table(["truth", "predicted", "count"], pair_rows, "narrow")}"""

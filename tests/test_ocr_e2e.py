@@ -1,0 +1,134 @@
+"""The OCR task end to end (issue 20), on the session's tiny `dvc repro` (ocr_project): the outs,
+a second repro that does nothing, predictions from tools.predict and a real tools.serve that
+decode exactly as evaluate did, and a parity gate that fails on a perturbed export, naming the
+worst line."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from stages.lib.io import read_csv
+from tests.conftest import ROOT, copy_run, run_stage
+
+
+def test_outs_metrics_and_model_metadata(ocr_project):
+    eval_metrics = json.loads((ocr_project / "metrics/eval.json").read_text())
+    for key in ("cer", "wer", "word_accuracy", "line_accuracy", "lines", "characters"):
+        assert key in eval_metrics, key
+    assert set(eval_metrics["per_class_accuracy"]) >= {"digit", "lower"}
+    for name in ("predictions.csv", "bad_cases.csv", "confusions.csv", "cer_distribution.csv",
+                 "per_class.json"):
+        assert (ocr_project / "plots/eval" / name).is_file(), name
+    meta = json.loads((ocr_project / "data/processed/meta.json").read_text())
+    train_chars = {c for r in read_csv(ocr_project / "data/split/train.csv") for c in r["text"]}
+    assert meta["charset"] == sorted(train_chars) and meta["image_size"] == [32, 192]
+    import onnx
+
+    props = {p.key: json.loads(p.value)
+             for p in onnx.load(str(ocr_project / "models/model.onnx")).metadata_props}
+    assert props["task"] == "ocr" and props["blank"] == 0 and props["charset"] == meta["charset"]
+    assert props["image_size"] == [32, 192] and "code_sha256" in props
+    export = json.loads((ocr_project / "metrics/export.json").read_text())
+    assert export["text_agreement"] == 1.0
+    html = (ocr_project / "reports/run.html").read_text()
+    assert "Character confusions" in html and "CER distribution" in html
+
+
+def test_second_repro_does_nothing(ocr_project, tmp_path):
+    from tools.project import dvc
+
+    run = copy_run(ocr_project, tmp_path / "again")
+    proc = dvc(run, "repro")
+    assert "Running stage" not in proc.stdout, proc.stdout
+
+
+def predict(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "tools.predict", *args], cwd=cwd,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def test_lines(ocr_project, tmp_path_factory):
+    """The test split's images copied to a folder, and evaluate's rows for them."""
+    folder = tmp_path_factory.mktemp("lines")
+    rows = read_csv(ocr_project / "plots/eval/predictions.csv")[:12]
+    for r in rows:
+        shutil.copy(ocr_project / "data/sample" / r["path"], folder / r["path"].split("/")[-1])
+    return folder, {r["path"].split("/")[-1]: r for r in rows}
+
+
+def test_predict_decodes_as_evaluate_did(ocr_project, test_lines):
+    folder, expected = test_lines
+    for backend, model in (("onnxruntime", "model.onnx"), ("torch", "model.pt")):
+        out = folder.parent / f"{backend}.jsonl"
+        proc = predict(folder, ".", "--backend", backend, "--model",
+                       str(ocr_project / "models" / model), "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == len(expected)
+        for row in rows:
+            want = expected[row["path"].split("/")[-1]]
+            assert row["text"] == want["predicted"], (backend, row)
+            assert row["confidence"] == pytest.approx(float(want["confidence"]), abs=1e-3)
+            assert 0 <= row["confidence"] <= 1 and not row["error"]
+
+
+def test_serve_answers_text_over_http(ocr_project, test_lines, tmp_path):
+    import socket
+
+    folder, expected = test_lines
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.serve", "--port", str(port), "--model",
+             str(ocr_project / "models/model.onnx"), "--log-level", "warning"],
+            cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        names = sorted(expected)[:3]
+        files = [("files", (n, (folder / n).read_bytes(), "image/x-portable-graymap"))
+                 for n in names]
+        answer = httpx.post(f"{url}/predict", files=files, timeout=30)
+        assert answer.status_code == 200, answer.text
+        got = answer.json()["predictions"]
+        assert [p["text"] for p in got] == [expected[n]["predicted"] for n in names]
+        assert all(0 <= p["confidence"] <= 1 for p in got)
+        card = httpx.get(f"{url}/model").json()
+        assert card["task"] == "ocr" and card["input"]["image_size"] == [32, 192]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_parity_fails_on_a_perturbed_export_naming_the_line(ocr_project, tmp_path,
+                                                           monkeypatch):
+    run = copy_run(ocr_project, tmp_path / "perturbed")
+    before = (run / "models/model.onnx").read_bytes()
+    monkeypatch.setenv("PIPELINE_TEST_EXPORT_MEAN_SHIFT", "0.5")
+    proc = run_stage("export", cwd=run)
+    assert proc.returncode != 0
+    test_paths = [r["path"] for r in read_csv(run / "data/split/test.csv")]
+    worst = proc.stderr.split("Worst image: ")[1].split(" ")[0]
+    assert worst in test_paths, proc.stderr
+    assert "ONNX (onnxruntime) disagrees with PyTorch" in proc.stderr
+    assert (run / "models/model.onnx").read_bytes() == before  # no model written
