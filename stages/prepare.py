@@ -33,7 +33,7 @@ def init_worker(params_path, meta, source, image_size, channels):
     from stages.tasks import current
 
     task = current(params_path)
-    _WORKER.update(encode=task.encoder(meta), dtype=task.target_dtype, source=Path(source),
+    _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype, source=Path(source),
                    image_size=image_size, channels=channels)
 
 
@@ -103,7 +103,7 @@ def main(params_path):
     task = current(params_path)
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
     meta = task.prepare_meta(splits)
-    task.encoder(meta)  # fail here, not in a worker, when the task cannot encode
+    task.encoder({**meta, "source": str(source)})  # fail here, not in a worker
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
     workers = p.workers or cpu_count()
     write_shards(splits, params_path, meta, source, p, workers)

@@ -42,6 +42,7 @@ class Data:
 @dataclass(frozen=True)
 class Sample:
     per_class: int = knob(0, at_least=0)  # first N images of each class; 0 keeps all
+    images: int = knob(0, at_least=0)  # segmentation: images in the sample; 0 = 600
 
 
 @dataclass(frozen=True)

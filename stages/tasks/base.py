@@ -85,6 +85,11 @@ class Task:
         offenders(frame, [(check, expectation)], key_column) runs great_expectations."""
         return {}
 
+    def dataset_metrics(self, usable: list) -> dict:
+        """Extra keys of metrics/validation.json over the usable rows (segmentation: pixel
+        frequency and image share per class). Default: none."""
+        return {}
+
     def label_counts(self, rows: list) -> dict:
         """{class: count} of rows, for balance checks, split counts and the report."""
         return {}
@@ -97,7 +102,8 @@ class Task:
 
     def encoder(self, meta: dict):
         """A function (row, pixels) -> the stored target of one sample (pixels: its uint8
-        HxWxC model input), given the task's meta."""
+        HxWxC model input), given the task's meta. At prepare time meta also holds "source",
+        the data.source folder (where a task finds annotation files such as masks)."""
         raise NotImplementedError
 
     # ---- train
