@@ -155,6 +155,11 @@ class Task:
         k: how many alternatives to list where the task has them (classification's top-k)."""
         raise NotImplementedError
 
+    def write_prediction(self, row: dict, out_dir) -> dict:
+        """predict --out-dir: write the prediction file of one row (its `path` is the input)
+        under out_dir and return the row as it should be written. Default: no file."""
+        return row
+
     def empty_prediction(self) -> dict:
         """The prediction fields of a row whose input failed (its error says why)."""
         return dict.fromkeys(self.prediction_fields)

@@ -128,6 +128,11 @@ class Segmentation(Task):
 
         return decode(outputs, meta["classes"])
 
+    def write_prediction(self, row, out_dir):
+        from stages.tasks.segmentation.outputs import write_prediction
+
+        return write_prediction(row, out_dir)
+
     def headline(self, facts):
         return [("test foreground mIoU", facts.eval.get("miou_foreground")),
                 ("test mIoU", facts.eval.get("miou"))]

@@ -40,3 +40,32 @@ def decode(outputs, classes) -> list[dict]:
                     "areas": {c: int(n) for c, n in zip(classes, counts, strict=False) if n},
                     "rle": rle(mask), "mask_png": base64.b64encode(png(mask)).decode()})
     return out
+
+
+def mask_path(path: str, out_dir) -> "Path":
+    """Where predict --out-dir puts the mask of input `path`: its relative path (an absolute
+    path or one climbing with .. keeps only its name) with the suffix .png."""
+    from pathlib import Path
+
+    rel = Path(path)
+    if rel.is_absolute() or ".." in rel.parts:
+        rel = Path(rel.name)
+    return Path(out_dir) / rel.with_name(rel.name + ".png" if rel.suffix.lower() != ".png"
+                                         else rel.name)
+
+
+def write_prediction(row: dict, out_dir) -> dict:
+    """Write the row's mask as a PNG at the input image's own size (nearest neighbour from the
+    model's resolution); the row's mask_png becomes the file's path."""
+    from PIL import Image
+
+    from stages.lib.io import write_bytes
+
+    with Image.open(row["path"]) as img:
+        size = img.size
+    mask = Image.fromarray(unrle(row["rle"]), "L").resize(size, Image.Resampling.NEAREST)
+    buf = io.BytesIO()
+    mask.save(buf, format="PNG")
+    target = mask_path(row["path"], out_dir)
+    write_bytes(target, buf.getvalue())
+    return {**row, "mask_png": target.as_posix()}
