@@ -33,7 +33,8 @@ def init_worker(params_path, meta, source, image_size, channels):
     from stages.tasks import current
 
     task = current(params_path)
-    _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype, source=Path(source),
+    _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
+                   source=Path(source),
                    image_size=image_size, channels=channels)
 
 

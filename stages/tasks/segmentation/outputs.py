@@ -42,7 +42,7 @@ def decode(outputs, classes) -> list[dict]:
     return out
 
 
-def mask_path(path: str, out_dir) -> "Path":
+def mask_path(path: str, out_dir):
     """Where predict --out-dir puts the mask of input `path`: its relative path (an absolute
     path or one climbing with .. keeps only its name) with the suffix .png."""
     from pathlib import Path

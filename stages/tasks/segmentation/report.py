@@ -48,8 +48,9 @@ def evaluation(facts: Facts) -> str:
     head = "".join(f"<th>{esc(q)}</th>" for q in names)
     chart = facts.eval_files.get("per_class_iou.png")
     sheet = facts.eval_files.get("bad_cases.png")
-    img = (lambda data, alt: f'<img class="sheet" alt="{alt}" src="{png_uri(data)}">'
-           if data else "")
+    def img(data, alt):
+        return f'<img class="sheet" alt="{alt}" src="{png_uri(data)}">' if data else ""
+
     bad = [f"<tr><td><code>{esc(r['path'])}</code></td><td>{esc(r['miou'])}</td></tr>"
            for r in bad_rows]
     return f"""

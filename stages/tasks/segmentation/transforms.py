@@ -23,7 +23,8 @@ def augment(x, y, p, seed: int):
         x = torch.nn.functional.interpolate(x[None, :, top:top + ch, left:left + cw],
                                             size=(h, w), mode="bilinear", align_corners=False)[0]
         crop = y[None, None, top:top + ch, left:left + cw].float()
-        y = torch.nn.functional.interpolate(crop, size=(h, w), mode="nearest-exact")[0, 0].to(y.dtype)
+        y = torch.nn.functional.interpolate(crop, size=(h, w), mode="nearest-exact")[0, 0]
+        y = y.to(torch.uint8)
     if p.aug_hflip > 0 and u[4] < p.aug_hflip:
         x, y = x.flip(-1), y.flip(-1)
     if p.aug_rotate > 0:
