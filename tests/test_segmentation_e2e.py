@@ -141,3 +141,33 @@ def test_serve_answers_masks_over_http(segmentation_project, tmp_path):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_kill_9_and_resume_and_a_fresh_rerun_give_the_same_model(segmentation_project, tmp_path):
+    """Train again from scratch (the forced rerun): SIGKILLed after optimiser step 8 (in epoch
+    2), resumed from epoch 1's checkpoint; then from scratch uninterrupted: both write the
+    fixture's model.pt and metrics bit for bit."""
+    import signal
+
+    run = copy_run(segmentation_project, tmp_path / "resume")
+    want = {name: (run / name).read_bytes() for name in ("models/model.pt",
+                                                          "metrics/train.json")}
+
+    def train(**hooks):
+        for path in (run / "models/checkpoints").glob("*.pt"):
+            if not hooks.get("keep"):
+                path.unlink()
+        env = {**os.environ, "PYTHONPATH": str(ROOT),
+               **{f"PIPELINE_TEST_{k}": str(v) for k, v in hooks.items() if k != "keep"}}
+        return subprocess.run([sys.executable, "-m", "stages.train"], cwd=run, env=env,
+                              capture_output=True, text=True)
+
+    killed = train(KILL_AT_STEP=8)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = train(keep=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from models/checkpoints/last.pt" in resumed.stdout
+    assert {name: (run / name).read_bytes() for name in want} == want
+    fresh = train()
+    assert fresh.returncode == 0 and "starting fresh" in fresh.stdout, fresh.stderr
+    assert {name: (run / name).read_bytes() for name in want} == want
