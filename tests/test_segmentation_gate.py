@@ -133,7 +133,7 @@ def test_sample_bytes_are_fixed_and_masks_exact():
     assert mask.dtype == np.uint8 and set(np.unique(mask)) <= {0, 1, 2, 3} and mask.max() > 0
 
 
-SAMPLE_SHA256 = "af4377a484ba9944f668ca163c325770245fee88958df058555fc79af9f439a8"
+SAMPLE_SHA256 = "af81be315cc9b5ffb9e89c27ed083a7804b5d3e1088af468946e946b155397c8"
 
 
 def test_prepare_encoder_resizes_masks_by_nearest_and_maps_ignore(tmp_path):

@@ -23,7 +23,7 @@ class Segmentation(Task):
         "validate.min_side": 8,
         "prepare.image_size": 128, "prepare.channels": 3,
         "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
-        "train.model": "unet", "train.epochs": 12, "train.batch_size": 16, "train.lr": 0.003,
+        "train.model": "unet", "train.epochs": 8, "train.batch_size": 16, "train.lr": 0.003,
         "train.aug_hflip": 0.5,
         "evaluate.batch_size": 32, "evaluate.bad_cases": 8,
         "export.parity_batch": 16,
