@@ -39,7 +39,8 @@ def init_worker(params_path, meta, source, image_size, channels):
     from stages.tasks import current
 
     task = current(params_path)
-    _WORKER.update(encode=task.encoder(meta), dtype=task.target_dtype, source=Path(source),
+    _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
+                   source=Path(source),
                    image_size=image_size, channels=channels)
 
 
@@ -124,7 +125,7 @@ def main(params_path):
     task = current(params_path)
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
     meta = task.prepare_meta(splits)
-    task.encoder(meta)  # fail here, not in a worker, when the task cannot encode
+    task.encoder({**meta, "source": str(source)})  # fail here, not in a worker
     image_size, channels, lines = resolve_shape(p, splits, source)
     for text in lines:
         click.echo(text)

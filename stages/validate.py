@@ -172,7 +172,8 @@ def check_all(rows, p, task) -> dict:
     usable = [r for r in rows if r["path"] not in bad]
     dataset = task.dataset_findings(usable, p, offenders)
     return {"issues": issues, "bad": bad, "dataset": dataset,
-            "per_class": task.label_counts(usable), "pairs": pairs}
+            "per_class": task.label_counts(usable), "pairs": pairs,
+            "task_metrics": task.dataset_metrics(usable)}
 
 
 def summarize(rows, result, task) -> dict:
@@ -189,6 +190,7 @@ def summarize(rows, result, task) -> dict:
         "classes": len(result["per_class"]),
         "per_class": dict(sorted(result["per_class"].items())),
         "checks": counts,
+        **result.get("task_metrics", {}),
     }
 
 

@@ -242,3 +242,40 @@ def own_data_project(tmp_path_factory):
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "own-data run")
     return dest
+
+
+def segmentation_params(**extra) -> dict:
+    """The built-in segmentation sample's params (Segmentation.sample_params), made tiny."""
+    from stages.tasks.segmentation import TASK
+
+    return {**TASK.sample_params, "sample.images": 60, "prepare.image_size": 32,
+            "train.epochs": 2, "train.batch_size": 8, "evaluate.bad_cases": 4, **extra}
+
+
+def use_task(root, name: str) -> None:
+    """Set the top-level `task` of root/params.yaml."""
+    import yaml
+
+    path = Path(root) / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    params["task"] = name
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+@pytest.fixture(scope="session")
+def segmentation_project(tmp_path_factory):
+    """`task: segmentation` on a tiny built-in sample (60 images at 32 px, 2 epochs), one
+    `dvc repro`, committed. Read-only: take a `copy_run` to change anything."""
+    from tools.project import copy_project, dvc, git
+
+    dest = copy_project(ROOT, tmp_path_factory.mktemp("segmentation") / "project",
+                        params=segmentation_params(), git_init=False)
+    use_task(dest, "segmentation")
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "segmentation")
+    proc = dvc(dest, "repro")
+    assert "Running stage 'report'" in proc.stdout, proc.stdout
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "tiny segmentation run")
+    return dest

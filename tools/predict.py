@@ -476,11 +476,15 @@ def write_failed(out: Path, exc: OSError) -> StageError:
               help="Output format. Default: csv when --out ends in .csv, else jsonl.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
               help="Images per inference call (and per durable write).")
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write each input's prediction file here where the task has one "
+                   "(segmentation: a PNG mask of class indices at the input's own size, under "
+                   "the input's relative path); its row then names the file.")
 @click.option("--retry-failed", is_flag=True,
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
 def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max_pixels,
-         overwrite, retry_failed, score_threshold):
+         overwrite, out_dir, retry_failed, score_threshold):
     """Predict the class of every image in SOURCE... and write one row per image to --out.
 
     SOURCE is an image file, a folder (all files below it, recursively, sorted; hidden ones
@@ -566,6 +570,12 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                 raise StageError(f"{model.path}: inference failed on the batch starting at "
                                  f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
                                  f"so far are kept; re-run to continue.") from exc
+            if out_dir is not None:
+                try:
+                    rows = [model.task.write_prediction(r, out_dir) if not r["error"] else r
+                            for r in rows]
+                except OSError as exc:
+                    raise write_failed(out_dir, exc) from None
             try:
                 f.write_rows(rows) if to_stdout else write_batch(f, rows, fmt, fields)
             except OSError as exc:

@@ -42,7 +42,8 @@ class Data:
 @dataclass(frozen=True)
 class Sample:
     per_class: int = knob(0, at_least=0)  # first N images of each class; 0 keeps all
-    images: int = knob(0, at_least=0)  # detection: images written; 0 = its default (1,000)
+    # detection, segmentation: images written; 0 = the task's default (1,000 and 600)
+    images: int = knob(0, at_least=0)
     lines: int = knob(0, at_least=0)  # ocr: text lines written; 0 = the task's 2,400
 
 

@@ -98,6 +98,11 @@ class Task:
         offenders(frame, [(check, expectation)], key_column) runs great_expectations."""
         return {}
 
+    def dataset_metrics(self, usable: list) -> dict:
+        """Extra keys of metrics/validation.json over the usable rows (segmentation: pixel
+        frequency and image share per class). Default: none."""
+        return {}
+
     def label_counts(self, rows: list) -> dict:
         """{class: count} of rows, for balance checks, split counts and the report."""
         return {}
@@ -110,7 +115,8 @@ class Task:
 
     def encoder(self, meta: dict):
         """A function (row, pixels) -> the stored target of one sample (pixels: its uint8
-        HxWxC model input), given the task's meta."""
+        HxWxC model input), given the task's meta. At prepare time meta also holds "source",
+        the data.source folder (where a task finds annotation files such as masks)."""
         raise NotImplementedError
 
     # ---- train
@@ -168,6 +174,11 @@ class Task:
         """One prediction dict (prediction_fields) per item of a batch of outputs (numpy);
         k: how many alternatives to list where the task has them (classification's top-k)."""
         raise NotImplementedError
+
+    def write_prediction(self, row: dict, out_dir) -> dict:
+        """predict --out-dir: write the prediction file of one row (its `path` is the input)
+        under out_dir and return the row as it should be written. Default: no file."""
+        return row
 
     def empty_prediction(self) -> dict:
         """The prediction fields of a row whose input failed (its error says why)."""

@@ -1,0 +1,191 @@
+"""Where segmentation masks come from: two layouts, read at ingest.
+
+images + masks: `<source>/images/<name>.<ext>` with `<source>/masks/<name>.png` (the same
+relative path and stem), a single-channel (L) or palette (P) PNG whose values are class indices;
+optional `<source>/classes.yaml` ({index: name}, plus `ignore: <value>`, 255 by default). With
+the dataset's own split: `images/{train,val,test}/...` mirrored under `masks/`.
+
+nnU-Net 2D: `<source>/dataset.json` (`labels`: {name: index} as in nnU-Net v2, or {index: name};
+a label named `ignore` is the ignore value; `file_ending`, .png by default), `imagesTr/
+CASE_0000<ending>` with `labelsTr/CASE<ending>` (split train), `imagesTs/` with `labelsTs/`
+(split test). Only single-channel cases (_0000) are supported.
+
+Every mask is decoded here: its sha256, size and per-value pixel counts join the image's manifest
+row (so the split, the fingerprints and dvc.lock cover the labels); a mask problem is an error of
+the image's row, a mask without an image a row of its own.
+"""
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from stages.lib.io import StageError
+from stages.tasks.base import Annotations
+
+FIELDS = ("mask", "mask_sha256", "mask_size", "mask_values", "label_set")
+SPLITS = ("train", "val", "test")
+DEFAULT_IGNORE = 255
+
+
+def read_label_set(source: Path) -> tuple[dict, int, str]:
+    """({index: name} declared by the dataset ({} = the values found), ignore value, layout)."""
+    dataset_json = source / "dataset.json"
+    if dataset_json.is_file():
+        try:
+            spec = json.loads(dataset_json.read_text())
+            labels = spec["labels"]
+            ending = spec.get("file_ending", ".png")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StageError(f"{dataset_json}: not an nnU-Net dataset.json with `labels` "
+                             f"({exc}).") from None
+        names, ignore = {}, DEFAULT_IGNORE
+        for key, value in labels.items():
+            if str(key).lstrip("-").isdigit():  # {index: name} (nnU-Net v1)
+                key, value = value, key
+            if isinstance(value, list):  # nnU-Net v2 regions: not classes
+                raise StageError(f"{dataset_json}: label {key} is a region {value}; only "
+                                 f"plain class indices are supported.")
+            if str(key) == "ignore":
+                ignore = int(value)
+            else:
+                names[int(value)] = str(key)
+        return names, ignore, "nnunet:" + ending
+    path = source / "classes.yaml"
+    if not path.is_file():
+        return {}, DEFAULT_IGNORE, "masks"
+    import yaml
+
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise StageError(f"{path}: expected a mapping of class index to name "
+                         f"(and optionally `ignore: 255`).")
+    ignore = int(raw.pop("ignore", DEFAULT_IGNORE))
+    try:
+        names = {int(k): str(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        raise StageError(f"{path}: keys must be class indices (0, 1, ...), plus `ignore`.") \
+            from None
+    return names, ignore, "masks"
+
+
+def label_set_json(names: dict, ignore: int) -> str:
+    return json.dumps({"names": {str(k): names[k] for k in sorted(names)}, "ignore": ignore},
+                      separators=(",", ":"))
+
+
+def read_mask(path: Path) -> dict:
+    """{sha256, size "WxH", counts {value: pixels}} of a mask file, or {error_kind, error}."""
+    from PIL import Image
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return {"error_kind": "bad_mask", "error": f"mask {path.name}: cannot read "
+                                                   f"({exc.strerror})"}
+    out = {"sha256": hashlib.sha256(data).hexdigest()}
+    import io
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            mode, size = img.mode, img.size
+            if mode not in ("L", "P"):
+                return {**out, "error_kind": "mask_mode",
+                        "error": f"mask is {mode} with {len(img.getbands())} band(s): it must "
+                                 f"be single-channel (L) or indexed (P) with class indices as "
+                                 f"values"}
+            values = np.asarray(img)
+    except Exception as exc:  # PIL raises many types on corrupt data
+        return {**out, "error_kind": "bad_mask",
+                "error": f"mask cannot be decoded: {type(exc).__name__}"}
+    counts = np.bincount(values.ravel(), minlength=256)
+    out.update(size=f"{size[0]}x{size[1]}",
+               counts={int(v): int(counts[v]) for v in np.flatnonzero(counts)})
+    return out
+
+
+def pair_masks(rels: list, layout: str) -> tuple[dict, set, dict]:
+    """({image path: (mask path, split)}, files that are masks or metadata, {image: error}) of
+    the inventoried files."""
+    files = set(rels)
+    pairs, skip, errors = {}, {"classes.yaml", "dataset.json"} & files, {}
+    if layout.startswith("nnunet:"):
+        ending = layout.split(":", 1)[1]
+        skip |= {r for r in files if r.startswith(("labelsTr/", "labelsTs/"))}
+        for rel in sorted(files - skip):
+            top, _, name = rel.partition("/")
+            if top not in ("imagesTr", "imagesTs") or "/" in name:
+                errors[rel] = "no_mask: not under imagesTr/ or imagesTs/"
+                continue
+            split = "train" if top == "imagesTr" else "test"
+            if not name.endswith("_0000" + ending):
+                errors[rel] = (f"no_mask: only single-channel 2D cases are supported "
+                               f"(CASE_0000{ending})")
+                continue
+            case = name[:-len("_0000" + ending)]
+            labels = "labelsTr" if top == "imagesTr" else "labelsTs"
+            pairs[rel] = (f"{labels}/{case}{ending}", split)
+        return pairs, skip, errors
+    skip |= {r for r in files if r.startswith("masks/")}
+    images = sorted(r for r in files - skip if r.startswith("images/"))
+    tops = {r.split("/")[1] for r in images if r.count("/") >= 2}
+    given = bool(images) and "train" in tops and all(
+        r.count("/") >= 2 and r.split("/")[1] in SPLITS for r in images)
+    for rel in sorted(files - skip):
+        if not rel.startswith("images/"):
+            errors[rel] = "no_mask: not under images/ (masks are looked up in masks/)"
+            continue
+        inner = rel[len("images/"):]
+        stem = inner.rsplit(".", 1)[0] if "." in Path(inner).name else inner
+        pairs[rel] = (f"masks/{stem}.png", inner.split("/")[0] if given else "")
+    return pairs, skip, errors
+
+
+def read_annotations(source: Path, listing: list) -> Annotations:
+    names, ignore, layout = read_label_set(source)
+    label_set = label_set_json(names, ignore)
+    blank = dict.fromkeys((*FIELDS, "group", "timestamp", "split"), "")
+    rels = [rel for rel, kind, _ in listing if kind == "file"]
+    pairs, skip, errors = pair_masks(rels, layout)
+    out = Annotations(skip=skip)
+    files = set(rels)
+    used = set()
+    for rel, kind, _ in listing:
+        if rel in skip:
+            continue
+        values = {**blank, "label_set": label_set}
+        out.values[rel] = values
+        if kind != "file":
+            continue
+        if rel in errors:
+            out.errors[rel] = ("no_mask", errors[rel].split(": ", 1)[1])
+            continue
+        mask, values["split"] = pairs[rel]
+        values["mask"] = mask
+        if mask not in files:
+            out.errors[rel] = ("no_mask", f"no mask: {mask} not found")
+            continue
+        used.add(mask)
+        facts = read_mask(source / mask)
+        values["mask_sha256"] = facts.get("sha256", "")
+        if "error" in facts:
+            out.errors[rel] = (facts["error_kind"], facts["error"])
+            continue
+        counts = facts["counts"]
+        values["mask_size"] = facts["size"]
+        values["mask_values"] = " ".join(f"{v}:{n}" for v, n in sorted(counts.items()))
+        unknown = sorted(v for v in counts if v != ignore and names and v not in names)
+        if unknown:
+            out.errors[rel] = ("mask_values", f"mask {mask} holds value(s) "
+                               f"{', '.join(map(str, unknown))} outside the classes "
+                               f"{', '.join(map(str, sorted(names)))} and the ignore value "
+                               f"{ignore}")
+        elif set(counts) == {ignore}:
+            out.errors[rel] = ("mask_all_ignore", f"mask {mask} is all ignore ({ignore}): "
+                                                  f"nothing to learn or score")
+    for mask in sorted(skip - used - {"classes.yaml", "dataset.json"}):
+        out.values[mask] = {**blank, "label_set": label_set, "mask": mask}
+        out.errors[mask] = ("orphan_mask", "mask without an image: no image has this stem")
+        out.extra.append(mask)
+    return out

@@ -1,0 +1,61 @@
+"""Training-time pieces that see the mask: augmentation moving image and mask together, and the
+validation sums (loss and per-image mIoU)."""
+import torch
+
+IGNORE = 255
+
+
+def augment(x, y, p, seed: int):
+    """The shared train.aug_* augmentations (stages/lib/augment.py, the same eight draws) applied
+    to the normalised CxHxW image and, geometrically, to its HxW mask: the crop and rotation
+    resample the mask by nearest neighbour (rotation fills it with the ignore value), the flip
+    flips both, the jitter touches the image only."""
+    import math
+
+    u = torch.rand(8, generator=torch.Generator().manual_seed(seed)).tolist()
+    _, h, w = x.shape
+    if p.aug_crop_scale < 1.0:
+        area = p.aug_crop_scale + (1 - p.aug_crop_scale) * u[0]
+        ratio = math.exp(math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[1])
+        cw = min(w, max(1, round(math.sqrt(area * ratio) * w)))
+        ch = min(h, max(1, round(math.sqrt(area / ratio) * h)))
+        top, left = int(u[2] * (h - ch + 1)), int(u[3] * (w - cw + 1))
+        x = torch.nn.functional.interpolate(x[None, :, top:top + ch, left:left + cw],
+                                            size=(h, w), mode="bilinear", align_corners=False)[0]
+        crop = y[None, None, top:top + ch, left:left + cw].float()
+        y = torch.nn.functional.interpolate(crop, size=(h, w), mode="nearest-exact")[0, 0]
+        y = y.to(torch.uint8)
+    if p.aug_hflip > 0 and u[4] < p.aug_hflip:
+        x, y = x.flip(-1), y.flip(-1)
+    if p.aug_rotate > 0:
+        from torchvision.transforms.v2 import functional as tvf
+
+        angle = (2 * u[5] - 1) * p.aug_rotate
+        x = tvf.rotate(x, angle, fill=[float(x.min())] * x.shape[0])
+        y = tvf.rotate(y[None].float(), angle, fill=[float(IGNORE)])[0].to(y.dtype)
+    if p.aug_jitter > 0:
+        x = x * (1 + (2 * u[6] - 1) * p.aug_jitter) + (2 * u[7] - 1) * p.aug_jitter
+    return x.contiguous(), y.contiguous()
+
+
+def val_sums(outputs, targets) -> tuple:
+    """(sum over images of the mean pixel cross-entropy, sum over images of the image's mIoU
+    over the classes in its truth or prediction)."""
+    import torch.nn.functional as F
+
+    outputs = outputs.float()
+    t = targets.long()
+    valid = t != IGNORE
+    ce = F.cross_entropy(outputs, t, ignore_index=IGNORE, reduction="none")
+    per_image = (ce * valid).flatten(1).sum(1) / valid.flatten(1).sum(1).clamp(min=1)
+    k = outputs.shape[1]
+    pred = outputs.argmax(1)
+    miou = 0.0
+    for i in range(len(t)):
+        keep = valid[i]
+        cm = torch.bincount(t[i][keep] * k + pred[i][keep], minlength=k * k).reshape(k, k)
+        tp = cm.diag().double()
+        union = cm.sum(0) + cm.sum(1) - cm.diag()
+        present = union > 0
+        miou += float((tp[present] / union[present]).mean()) if present.any() else 1.0
+    return float(per_image.sum()), miou
