@@ -199,7 +199,8 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
     on_epoch(record, perf) after each epoch;
     on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
-    "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first non-finite loss or gradient (before the step).
+    "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
+    non-finite loss or gradient (before the step).
     """
     import torch
     from tqdm import tqdm

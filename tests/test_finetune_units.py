@@ -37,7 +37,8 @@ def test_torchvision_state_dict_loads_into_the_grey_wrapper_head_reinitialised(r
     assert report["missing"] == report["unexpected"] == []
     assert len(report["loaded"]) == len(model.state_dict()) - 2
     source = torch.load(resnet_file, weights_only=True)
-    assert torch.equal(model.state_dict()["1.layer4.1.conv2.weight"], source["layer4.1.conv2.weight"])
+    assert torch.equal(model.state_dict()["1.layer4.1.conv2.weight"],
+                       source["layer4.1.conv2.weight"])
 
 
 def test_timm_ddp_and_checkpoint_layouts_and_strict(resnet_file, tmp_path):
@@ -116,7 +117,8 @@ def test_lora_trains_adapters_and_head_and_checkpoints_only_them(resnet_file):
                 q.add_(0.01)
     restore(other, checkpoint(run, p, {}))
     assert all(torch.equal(a, b) for a, b in zip(other["model"].state_dict().values(),
-                                                 run["model"].state_dict().values()))
+                                                 run["model"].state_dict().values(),
+                                                 strict=True))
     frozen = setup(dataclasses.replace(p, lora_batchnorm="frozen"), META, default_task())
     assert frozen["eval_modules"] and not any(
         q.requires_grad for m in frozen["eval_modules"] for q in m.parameters())
