@@ -46,6 +46,7 @@ def run(project, params, stages=("train", "evaluate")) -> dict:
            "train": json.loads((project / "metrics/train.json").read_text())}
     if "evaluate" in stages:
         out["test_accuracy"] = json.loads((project / "metrics/eval.json").read_text())["accuracy"]
+    print(f"   ({project.name}: {params} -> {json.dumps(out)})", flush=True)  # progress
     return out
 
 

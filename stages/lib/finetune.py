@@ -39,13 +39,13 @@ def batchnorms(model) -> list:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
 
 
-def setup_model(model, p, task) -> tuple:
-    """(model to train, facts for metrics/train.json, modules to keep in eval mode)."""
+def setup_model(model, p, head: str) -> tuple:
+    """(model to train, facts for metrics/train.json, modules to keep in eval mode); head: the
+    task's head module name (Task.head), needed only when finetuning(p)."""
     import re
 
     from stages.lib.models import describe_init, init_from, no_weights
 
-    head = task.head(model)
     facts, eval_modules = {}, []
     if not no_weights(p.init_from):
         report = init_from(model, p.init_from, p.freeze_backbone, p.init_strict, head)

@@ -62,6 +62,11 @@ def head_name(model) -> str:
     from torch import nn
 
     names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not names:
+        from stages.lib.io import StageError
+
+        raise StageError("fine-tuning needs the model's head: this model has no nn.Linear, so "
+                         "its task must name the head module (Task.head).")
     return names[-1]
 
 
