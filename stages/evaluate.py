@@ -27,11 +27,12 @@ def main(params_path):
 
     Writes metrics/eval.json (the headline) and plots/eval/ (classification: per_class.json,
     confusion.csv and .png, per_class_f1.csv, bad_cases.csv and .png). Reads `task` and
-    `evaluate.{batch_size,bad_cases,calibration_bins}` from the params file.
+    `evaluate.{batch_size,bad_cases,calibration_bins,compare_with}` from the params file;
+    with compare_with, that model's metrics on the same test set go beside them.
     """
     p = load("evaluate", params_path)
     from stages.lib.images import load_processed
-    from stages.lib.models import load_model, predict_logits
+    from stages.lib.models import load_model, no_weights, predict_logits
     from stages.lib.provenance import run_record, write_run_record
     from stages.lib.shards import images_view
     from stages.tasks import current
@@ -47,6 +48,18 @@ def main(params_path):
     outputs = predict_logits(model, x, p.batch_size)  # normalised batch by batch
     images = images_view("test")  # uint8, what the model saw
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
+    if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
+        old, old_meta = load_model(p.compare_with)
+        keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
+        differ = [k for k in keys if old_meta.get(k) != meta.get(k)]
+        if differ:
+            raise StageError(f"evaluate.compare_with: {p.compare_with} was trained with other "
+                             f"{', '.join(differ)} than models/model.pt; it cannot be scored "
+                             f"on this test set.")
+        old_metrics = task.evaluate(predict_logits(old, x, p.batch_size), y, paths, images,
+                                    old_meta, p)[0]
+        metrics = {**metrics, "compare_with": {"model": p.compare_with, **old_metrics}}
+        summary += f"; {p.compare_with} on the same test set: see compare_with in {METRICS}"
     write_json(METRICS, metrics)
     tmp = DETAILS.with_name(DETAILS.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

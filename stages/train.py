@@ -34,6 +34,7 @@ MODEL = Path("models/model.pt")
 METRICS = Path("metrics/train.json")
 LIVE_DIR = Path("plots/train")  # tracked: deterministic per-epoch history only
 PERF_LIVE_DIR = Path("logs/train_live")  # untracked: epoch seconds, samples/s, peak memory
+TENSORBOARD_DIR = Path("logs/tensorboard")  # untracked: train.tensorboard's event files
 PROCESSED = Path("data/processed")
 TRAIN_SPLIT = Path("data/split/train.csv")
 
@@ -53,9 +54,11 @@ def lr_factor(p, epoch: int) -> float:
 
 
 def make_optimizer(p, model):
+    """model: a module (its trainable parameters) or the parameters/groups to optimise."""
     import torch
 
-    params = [q for q in model.parameters() if q.requires_grad]
+    params = [q for q in model.parameters() if q.requires_grad] \
+        if isinstance(model, torch.nn.Module) else model
     if p.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=p.lr, weight_decay=p.weight_decay)
     if p.optimizer == "sgd":
@@ -90,26 +93,25 @@ def set_deterministic(on: bool) -> None:
 
 
 def setup(p, meta, task, device="cpu"):
-    """Fresh training state: seeded model (optionally from train.init_from), optimizer,
-    per-epoch LR schedule, GradScaler and the position {epoch, batch, step, ...}."""
+    """Fresh training state: seeded model (optionally from train.init_from, with frozen parts
+    or LoRA adapters: stages/lib/finetune.py), optimizer, per-epoch LR schedule, GradScaler and
+    the position {epoch, batch, step, ...}."""
     import torch
 
-    from stages.lib.models import init_from
+    from stages.lib import finetune
 
     torch.manual_seed(p.seed)
     model = task.build_model(p.model, meta)
-    if p.init_from:
-        skipped = init_from(model, p.init_from, p.freeze_backbone)
-        if skipped:
-            click.echo(f"train: {p.init_from}: head re-initialised ({', '.join(skipped)})")
+    head = task.head(model) if finetune.finetuning(p) else ""  # only fine-tuning needs it
+    model, facts, eval_modules = finetune.setup_model(model, p, head)
     model.to(device)
-    opt = make_optimizer(p, model)
+    opt = make_optimizer(p, finetune.param_groups(model, p, head))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_factor(p, e))
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=p.precision == "fp16")
     state = {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "seen": 0, "history": [],
              "best": None}
     return {"model": model, "opt": opt, "sched": sched, "scaler": scaler, "state": state,
-            "task": task}
+            "task": task, "p": p, "facts": facts, "eval_modules": eval_modules}
 
 
 def checkpoint(run, p, fingerprint) -> dict:
@@ -117,11 +119,14 @@ def checkpoint(run, p, fingerprint) -> dict:
 
     import torch
 
+    from stages.lib.finetune import checkpoint_state
+
     model = getattr(run["model"], "module", run["model"])  # unwrap DDP
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    return {**run["state"], "model": model.state_dict(), "optimizer": run["opt"].state_dict(),
+    return {**run["state"], "model": checkpoint_state(model, p),
+            "optimizer": run["opt"].state_dict(),
             "scheduler": run["sched"].state_dict(), "scaler": run["scaler"].state_dict(),
             "rng": rng, "params": resume_params(p), "fingerprint": fingerprint}
 
@@ -161,7 +166,9 @@ def pick_device(p) -> str:
 def restore(run, ckpt) -> None:
     import torch
 
-    getattr(run["model"], "module", run["model"]).load_state_dict(ckpt["model"])
+    from stages.lib.finetune import restore_state
+
+    restore_state(getattr(run["model"], "module", run["model"]), ckpt["model"], run["p"])
     run["opt"].load_state_dict(ckpt["optimizer"])
     run["sched"].load_state_dict(ckpt["scheduler"])
     run["scaler"].load_state_dict(ckpt["scaler"])
@@ -216,14 +223,16 @@ def peak_memory_bytes(device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, world=1):
+def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, world=1,
+        on_step=None):
     """Train from run["state"]'s position to train.epochs.
 
     data = (x_train, y_train, x_val, y_val): tensors, or the indexable views of
     stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
     on_epoch(record, perf) after each epoch;
     on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
-    "epoch". Raises NonFinite on the first non-finite loss or gradient (before the step).
+    "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
+    non-finite loss or gradient (before the step).
     """
     import torch
     from tqdm import tqdm
@@ -245,6 +254,8 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     while st["epoch"] < p.epochs:
         epoch = st["epoch"]
         model.train()
+        for module in run.get("eval_modules", ()):  # frozen BatchNorm (train.lora_batchnorm)
+            module.eval()
         order = epoch_order(len(x_train), p.seed, epoch)
         if world > 1:  # pad like DistributedSampler so every rank runs the same number of steps
             order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
@@ -299,6 +310,8 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             st["step"] += 1
             st["batch"] = b + 1
             window = []
+            if on_step:
+                on_step(st["step"], value, opt.param_groups[0]["lr"])
             if kill_at and st["step"] == kill_at:
                 import signal
 
@@ -491,7 +504,10 @@ def main(params_path):
     data_files = sorted(f for f in PROCESSED.rglob("*")
                         if f.is_file() and not f.name.startswith("."))
     data_files.append(TRAIN_SPLIT)
-    if p.init_from:
+    from stages.lib import finetune
+    from stages.lib.models import no_weights
+
+    if not no_weights(p.init_from):
         data_files.append(Path(p.init_from))
     fingerprint = ck.fingerprint(params, data_files, ck.code_files() + code_files(task))
 
@@ -519,6 +535,17 @@ def main(params_path):
         run["model"] = DistributedDataParallel(run["model"])
 
     from dvclive import Live
+
+    tb = None
+    if writer and p.tensorboard:  # untracked, for watching a running job; may lag a kill
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops the events a killed run wrote after the checkpoint it resumes
+        tb = SummaryWriter(str(TENSORBOARD_DIR), purge_step=run["state"]["step"] + 1)
+
+    def on_step(step, loss, lr):
+        tb.add_scalar("train/loss", loss, step)
+        tb.add_scalar("lr", lr, step)
 
     def on_checkpoint(kind):
         partial = None
@@ -560,6 +587,14 @@ def main(params_path):
                 perf_live.log_metric(key, perf[key])
             perf_live.next_step()
             record["epochs"].append(perf)
+            if tb is not None:
+                step = run["state"]["step"]
+                for key, name in (("val_loss", "val/loss"), (f"val_{metric}", f"val/{metric}"),
+                                  ("train_loss", "train/epoch_loss")):
+                    tb.add_scalar(name, rec[key], step)
+                for key in ("epoch_seconds", "samples_per_s", "peak_memory_bytes"):
+                    tb.add_scalar(f"perf/{key}", perf[key], step)
+                tb.flush()
             click.echo(f"epoch {rec['epoch']}/{p.epochs}: train loss {rec['train_loss']:.4f} "
                        f"val loss {rec['val_loss']:.4f} val {metric} {rec[f'val_{metric}']:.4f} "
                        f"lr {rec['lr']:.2e} ({perf['samples_per_s']:.0f} samples/s)")
@@ -568,7 +603,8 @@ def main(params_path):
             for rec in run["state"]["history"]:
                 log_history(rec)
         try:
-            fit(p, run, data, on_epoch, on_checkpoint, device, rank, world)
+            fit(p, run, data, on_epoch, on_checkpoint, device, rank, world,
+                on_step if tb is not None else None)
         except NonFinite as exc:
             paths = sample_paths()
             message = nonfinite_message(exc.info, paths)
@@ -596,26 +632,38 @@ def main(params_path):
                 write_run_record("train", {**record, "status": "failed", "error": message})
             raise StageError(message) from None
 
+    if tb is not None:
+        tb.close()
     if writer:
-        model = getattr(run["model"], "module", run["model"])
-        best = run["state"]["best"]
         if p.keep == "best":  # best.pt's weights (the last epoch's when it was the best)
             saved, why = ck.load(ck.BEST)
             if saved is None:
                 raise StageError(f"train.keep is best but {why}; re-run `dvc repro`.")
-            model.load_state_dict(saved["model"])
+            finetune.restore_state(getattr(run["model"], "module", run["model"]),
+                                   saved["model"], p)
+        # LoRA: the adapters merged into plain weights; checked on a validation batch
+        probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
+        model, merge_diff = finetune.merged(run["model"], p, probe)
         keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
         save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
                                   "task": task.name})
         history, best = run["state"]["history"], run["state"]["best"]
         last = history[-1]
         metric = f"val_{task.val_metric}"
-        write_json(METRICS, {"epochs": len(history), "train_loss": last["train_loss"],
-                             "val_loss": last["val_loss"], metric: last[metric],
-                             "best_epoch": best["epoch"],
-                             **({"kept": "best"} if p.keep == "best" else {})})
+        metrics = {"epochs": len(history), "train_loss": last["train_loss"],
+                   "val_loss": last["val_loss"], metric: last[metric], "best_epoch": best["epoch"],
+                   **({"kept": "best"} if p.keep == "best" else {})}
+        facts = run["facts"]
+        if finetune.finetuning(p):  # the default run's file keeps its bytes
+            metrics.update({k: facts[k] for k in ("params_trainable", "params_total")})
+            if "init" in facts:  # loaded tensors as a count; the others by name
+                metrics["init"] = {**facts["init"], "loaded": len(facts["init"]["loaded"])}
+            if merge_diff is not None:
+                metrics["lora_merge_max_abs_diff"] = merge_diff
+        write_json(METRICS, metrics)
         write_run_record("train", {**record, "status": "ok", "metrics": last,
-                                   "peak_memory_bytes": peak_memory_bytes(device)})
+                                   "peak_memory_bytes": peak_memory_bytes(device),
+                                   "init": facts.get("init")})
         kept = (f"the best epoch, {best['epoch']}: val {task.val_metric} "
                 f"{history[best['epoch'] - 1][metric]:.4f}" if p.keep == "best"
                 else f"the last epoch, {len(history)}: val {task.val_metric} {last[metric]:.4f}")

@@ -279,3 +279,25 @@ def segmentation_project(tmp_path_factory):
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "tiny segmentation run")
     return dest
+
+
+@pytest.fixture(scope="session")
+def incremental_project(trained_project, tmp_path_factory):
+    """Issue 15's fine-tuning flow on grown data: a copy of trained_project whose model.pt is
+    kept as weights/v1.pt (`dvc add`), then the sample grown by 20% (20 -> 24 images per class)
+    and `dvc repro` with train.init_from and evaluate.compare_with naming weights/v1.pt.
+    Returns (old project, new project); read-only: take a copy_run to change anything."""
+    import shutil
+
+    from tools.project import dvc, git, set_params
+
+    dest = copy_run(trained_project, tmp_path_factory.mktemp("incremental") / "project")
+    shutil.copy2(dest / "models/model.pt", dest / "weights/v1.pt")
+    dvc(dest, "add", "weights/v1.pt")
+    set_params(dest, {"sample.per_class": 24, "train.init_from": "weights/v1.pt",
+                      "evaluate.compare_with": "weights/v1.pt"})
+    proc = dvc(dest, "repro")
+    assert "Running stage 'train'" in proc.stdout and "Running stage 'evaluate'" in proc.stdout
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "fine-tuned on grown data")
+    return trained_project, dest

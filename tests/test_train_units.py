@@ -88,11 +88,12 @@ def test_init_from_reinitialises_a_different_head_and_can_freeze(tmp_path):
                                                "model": "small_cnn"})
     torch.manual_seed(2)
     model = build_model("small_cnn", 2, 1)
-    skipped = init_from(model, tmp_path / "model.pt", freeze_backbone=True)
+    report = init_from(model, tmp_path / "model.pt", freeze_backbone=True)
     head = head_name(model)
-    assert skipped == [f"{head}.bias", f"{head}.weight"]
+    assert report["reinitialised"] == [f"{head}.weight", f"{head}.bias"]
+    assert report["missing"] == report["unexpected"] == []
     assert torch.equal(model.state_dict()["0.weight"], source.state_dict()["0.weight"])
-    assert [n for n, q in model.named_parameters() if q.requires_grad] == skipped[::-1]
+    assert [n for n, q in model.named_parameters() if q.requires_grad] == report["reinitialised"]
     with pytest.raises(StageError, match="train.init_from"):
         init_from(build_model("small_cnn", 2, 1), tmp_path / "missing.pt")
 

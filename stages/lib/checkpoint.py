@@ -26,7 +26,7 @@ def code_files() -> list[Path]:
     """The source files whose change invalidates a checkpoint."""
     here = Path(__file__).resolve().parent
     return [here.parent / "train.py", here / "models.py", here / "augment.py",
-            here / "checkpoint.py", here / "images.py"]
+            here / "checkpoint.py", here / "images.py", here / "finetune.py"]
 
 
 def fingerprint(params: dict, data_files, code=None) -> dict:

@@ -62,16 +62,25 @@ def head_name(model) -> str:
     from torch import nn
 
     names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not names:
+        from stages.lib.io import StageError
+
+        raise StageError("fine-tuning needs the model's head: this model has no nn.Linear, so "
+                         "its task must name the head module (Task.head).")
     return names[-1]
 
 
-def init_from(model, path, freeze_backbone: bool = False) -> list[str]:
-    """Load weights for fine-tuning from a model.pt, a training checkpoint or a bare state dict.
+def no_weights(path) -> bool:
+    """train.init_from / evaluate.compare_with naming no weights file (the placeholder)."""
+    from stages.lib.params import NO_WEIGHTS
 
-    A head whose shape differs (another class count) keeps its fresh initialisation; any other
-    mismatch is an error naming the param. With freeze_backbone only the head stays trainable.
-    Returns the names of the parameters that were not loaded.
-    """
+    return path in ("", NO_WEIGHTS)
+
+
+def read_weights(path, knob="train.init_from"):
+    """(state dict, kind) of a weights file: a model.pt of this pipeline, a training
+    checkpoint (last.pt/best.pt), or a torchvision/timm-style state dict (bare, or under
+    "state_dict"/"model", with DDP's "module." prefix or not)."""
     from pathlib import Path
 
     import torch
@@ -79,26 +88,94 @@ def init_from(model, path, freeze_backbone: bool = False) -> list[str]:
     from stages.lib.io import StageError
 
     if not Path(path).is_file():
-        raise StageError(f"train.init_from: {path} not found; give a local weights file or a "
-                         f"previous run's models/model.pt (nothing is downloaded).")
+        raise StageError(f"{knob}: {path} not found; give a local weights file or a previous "
+                         f"run's models/model.pt (nothing is downloaded).")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise StageError(
-            f"train.init_from: {path} is not a PyTorch weights file ({exc}).") from None
-    state = blob.get("state_dict", blob.get("model", blob)) if isinstance(blob, dict) else None
-    if not isinstance(state, dict):
-        raise StageError(f"train.init_from: {path} holds no state dict.")
+        raise StageError(f"{knob}: {path} is not a PyTorch weights file ({exc}).") from None
+    kind, state = "state dict", blob
+    if isinstance(blob, dict) and "meta" in blob and "state_dict" in blob:
+        kind, state = "model.pt", blob["state_dict"]
+    elif isinstance(blob, dict) and "fingerprint" in blob and "model" in blob:
+        kind, state = "checkpoint", blob["model"]
+    elif isinstance(blob, dict) and isinstance(blob.get("state_dict", blob.get("model")), dict):
+        state = blob.get("state_dict", blob.get("model"))
+    if not isinstance(state, dict) or not state or not all(
+            isinstance(v, torch.Tensor) for v in state.values()):
+        raise StageError(f"{knob}: {path} holds no state dict (name -> tensor).")
+    if any(".lora_" in k for k in state):
+        raise StageError(f"{knob}: {path} is a LoRA training checkpoint (adapter weights only); "
+                         f"start from that run's models/model.pt (adapter merged) instead.")
+    if all(k.startswith("module.") for k in state):
+        state = {k.removeprefix("module."): v for k, v in state.items()}
+    return state, kind
+
+
+def align_names(own, state: dict) -> dict:
+    """state with its names moved under (or out of) one leading module name when that matches
+    more of own's names: a torchvision resnet18's `conv1.weight` is `1.conv1.weight` in the
+    grey-image wrapper (Sequential(RepeatChannels, net)), and back."""
+    best, hits = state, len(own & state.keys())
+    for pre in sorted({k.split(".", 1)[0] + "." for k in own if "." in k}):
+        cand = {pre + k: v for k, v in state.items()}
+        if len(own & cand.keys()) > hits:
+            best, hits = cand, len(own & cand.keys())
+    for pre in sorted({k.split(".", 1)[0] + "." for k in state if "." in k}):
+        cand = {k[len(pre):]: v for k, v in state.items() if k.startswith(pre)}
+        if len(own & cand.keys()) > hits:
+            best, hits = cand, len(own & cand.keys())
+    return best
+
+
+def init_from(model, path, freeze_backbone: bool = False, strict: bool = False,
+              head: str | None = None) -> dict:
+    """Load weights for fine-tuning from a model.pt, a training checkpoint or a state dict.
+
+    Returns the report {"from", "kind", "loaded", "reinitialised", "missing", "unexpected"}:
+    tensor names, in the model's order (unexpected: the file's). A tensor whose shape differs
+    (a head with another class count) keeps its fresh initialisation: re-initialised. Missing
+    tensors keep theirs; unexpected ones are ignored. With strict, anything but a re-initialised
+    head is an error; nothing loaded at all is always one. With freeze_backbone only the head
+    (`head`, default the last nn.Linear) stays trainable.
+    """
+    from stages.lib.io import StageError
+
+    state, kind = read_weights(path)
     own = model.state_dict()
-    head = head_name(model) + "."
-    skipped = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
-    foreign = [k for k in skipped if not k.startswith(head)]
-    if foreign:
-        raise StageError(f"train.init_from: {path} does not fit train.model (e.g. "
-                         f"{', '.join(foreign[:3])}); use weights of the same architecture.")
-    model.load_state_dict({k: v for k, v in state.items() if k in own and k not in skipped},
-                          strict=False)
+    state = align_names(set(own), state)
+    head = (head or head_name(model)) + "."
+    loaded = [k for k in own if k in state and state[k].shape == own[k].shape]
+    reinit = [k for k in own if k in state and state[k].shape != own[k].shape]
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    report = {"from": str(path), "kind": kind, "loaded": loaded, "reinitialised": reinit,
+              "missing": missing, "unexpected": unexpected}
+    if not loaded:
+        raise StageError(f"train.init_from: {path} does not fit train.model: no tensor name and "
+                         f"shape matches (e.g. {', '.join(list(state)[:3])}); use weights of "
+                         f"the same architecture.")
+    bad = [k for k in reinit if not k.startswith(head)] + missing + unexpected
+    if strict and bad:
+        raise StageError(
+            f"train.init_from: {path} does not match train.model exactly and "
+            f"train.init_strict is true: {describe_init(report)}. Set train.init_strict: "
+            f"false to load what fits.")
+    model.load_state_dict({k: state[k] for k in loaded}, strict=False)
     if freeze_backbone:
         for name, param in model.named_parameters():
             param.requires_grad_(name.startswith(head))
-    return skipped
+    return report
+
+
+def describe_init(report: dict, limit: int = 8) -> str:
+    """One line: how many tensors loaded, and the others by name."""
+    def names(key):
+        items = report[key]
+        more = f", ... ({len(items) - limit} more)" if len(items) > limit else ""
+        return f"{len(items)} {key.replace('reinitialised', 're-initialised')} " \
+               f"({', '.join(items[:limit])}{more})" if items else ""
+
+    parts = [f"{len(report['loaded'])} loaded"] + [names(k) for k in
+                                                    ("reinitialised", "missing", "unexpected")]
+    return ", ".join(x for x in parts if x)

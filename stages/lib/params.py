@@ -21,7 +21,10 @@ from stages.lib.io import StageError
 
 PARAMS_FILE = "params.yaml"
 DEFAULT_TASK = "classification"
-MAX_PIXELS = 50_000_000  # default of validate.max_pixels, which predict and serve follow too
+MAX_PIXELS = 50_000_000
+# "no weights file": a git-tracked placeholder that train.init_from and evaluate.compare_with
+# name by default, because dvc.yaml lists those params as deps and DVC fails on an empty path
+NO_WEIGHTS = "weights/none"  # default of validate.max_pixels, which predict and serve follow too
 
 
 def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None):
@@ -162,8 +165,22 @@ class Train:
     aug_jitter: float = knob(0.0, at_least=0.0)  # brightness/contrast jitter strength
     aug_stretch: float = knob(0.0, at_least=0.0, below=1.0)  # ocr: max horizontal squeeze
     aug_blur: float = knob(0.0, at_least=0.0, at_most=1.0)  # ocr: probability of a 3x3 blur
-    init_from: str = ""  # weights file or a previous model.pt to start from; "" = random init
-    freeze_backbone: bool = False  # with init_from: train only the head
+    # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random
+    # init. A path, so dvc.yaml can list it as a dep (DVC cannot depend on "": see NO_WEIGHTS)
+    init_from: str = NO_WEIGHTS
+    init_strict: bool = False  # any tensor not loaded as is (but a resized head) is an error
+    freeze_backbone: bool = False  # with init_from: train only the head (= freeze all but it)
+    freeze: list[str] = knob([])  # module-name patterns (fnmatch) whose parameters stay fixed
+    lr_backbone: float = knob(0.0, at_least=0.0)  # lr of all but the head; 0 = train.lr
+    adapter: str = knob("none", choices=("none", "lora"))  # lora: train low-rank adapters + head
+    lora_rank: int = knob(8, at_least=1)
+    lora_alpha: float = knob(16.0, above=0.0)  # adapter scale = lora_alpha / lora_rank
+    lora_dropout: float = knob(0.0, at_least=0.0, below=1.0)
+    lora_targets: list[str] = knob([])  # module-name patterns; [] = every conv/linear but head
+    # trained: BatchNorm affine + running statistics train (and are checkpointed) | frozen:
+    # BatchNorm stays in eval mode with the starting weights' statistics
+    lora_batchnorm: str = knob("trained", choices=("trained", "frozen"))
+    tensorboard: bool = False  # also write TensorBoard events to logs/tensorboard/ (untracked)
     checkpoint_every_steps: int = knob(0, at_least=0)  # also last.pt every N steps; 0 = epochs
     best_metric: str = knob("val_metric", choices=("val_metric", "val_loss"))  # picks best.pt
     nproc: int = knob(1, at_least=1)  # processes per machine; > 1 runs under torchrun (DDP)
@@ -194,7 +211,7 @@ class Train:
         if self.warmup_epochs >= self.epochs:
             out.append(f"train.warmup_epochs must be below train.epochs ({self.epochs}), "
                        f"got {self.warmup_epochs}")
-        if self.freeze_backbone and not self.init_from:
+        if self.freeze_backbone and self.init_from in ("", NO_WEIGHTS):
             out.append("train.freeze_backbone needs train.init_from (the weights to keep)")
         return out
 
@@ -206,6 +223,8 @@ class Evaluate:
     calibration_bins: int = knob(15, at_least=1)  # equal-width bins of the calibration error
     # detection: precision/recall, drawn boxes, and the detections export's parity matches
     score_threshold: float = knob(0.3, at_least=0.0, at_most=1.0)
+    # another model.pt (the previous run's) scored on the same test set, beside this one
+    compare_with: str = NO_WEIGHTS  # NO_WEIGHTS (or "") = none
 
 
 @dataclass(frozen=True)

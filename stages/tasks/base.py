@@ -124,6 +124,14 @@ class Task:
     def build_model(self, name: str, meta: dict):
         raise NotImplementedError
 
+    def head(self, model) -> str:
+        """Name of the module that maps features to the outputs: fine-tuning re-initialises it
+        when its shape differs, and keeps it trainable under train.freeze_backbone and LoRA.
+        Default: the last nn.Linear."""
+        from stages.lib.models import head_name
+
+        return head_name(model)
+
     def augment(self, x, y, p, seed: int):
         """Augment one sample; image and target move together. Default: the shared pixel
         augmentations, which leave a target that does not depend on geometry unchanged."""

@@ -46,7 +46,8 @@ def evaluation(facts: Facts) -> str:
     bad_rows = eval_file(facts, "bad_cases.csv")
     bad_png = facts.eval_files.get(BAD_CASES_PNG.name)
     metrics = {k: v for k, v in sorted(flatten(facts.eval).items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+               if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and not k.startswith("compare_with.")}
     cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
                          "lower is better" if lower_is_better(k) else "")
                     for k, v in metrics.items())
@@ -92,7 +93,7 @@ def evaluation(facts: Facts) -> str:
              else f'<p class="muted">{esc(BAD_CASES_PNG.as_posix())} not found.</p>')
     return f"""
 <p class="lead">On the fixed test split: {len(confusion_rows):,} images, {wrong} misclassified.</p>
-<div class="cards">{cards}</div>
+<div class="cards">{cards}</div>{comparison(facts.eval)}
 <div class="grid2">
 <div><h3>Per class</h3>
 {table(["class", "precision", "recall", "f1", "", "support"], class_rows, "numeric")}</div>
@@ -104,3 +105,18 @@ def evaluation(facts: Facts) -> str:
 first)</span></h3>
 {sheet}
 {table(["path", "actual", "predicted", "confidence", "top 3"], bad_table, "narrow")}{more}"""
+
+
+def comparison(metrics: dict) -> str:
+    """evaluate.compare_with: the earlier model's scores beside this one's, same test set."""
+    other = metrics.get("compare_with")
+    if not isinstance(other, dict):
+        return ""
+    rows = [f"<tr><td>{esc(k.replace('_', ' '))}</td>{num(f'eval.{k}', metrics[k])}"
+            f"{num(f'eval.compare_with.{k}', other[k])}"
+            f"{num(f'eval.delta.{k}', metrics[k] - other[k])}</tr>"
+            for k in sorted(other) if isinstance(other[k], (int, float))
+            and not isinstance(other[k], bool) and isinstance(metrics.get(k), (int, float))]
+    return (f'<h3 id="compare-with">This model against <code>{esc(other.get("model", ""))}</code>'
+            f' <span class="muted small">(evaluate.compare_with, the same test images)</span>'
+            f'</h3>{table(["metric", "this model", "earlier model", "change"], rows, "numeric")}')
