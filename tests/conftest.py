@@ -119,35 +119,27 @@ def detection_params(extra: dict | None = None) -> dict:
     return {**Detection.sample_params, **(extra or {})}
 
 
-def set_task(root, name: str) -> None:
-    """Set the top-level `task` key of root/params.yaml."""
-    import yaml
+def task_run(tmp_path_factory, task: str, params: dict) -> Path:
+    """A committed project copy with `task: <task>` and params (dotted keys) on which one
+    `dvc repro` ran every stage, committed: each task's shared tiny run."""
+    from tools.project import copy_project, dvc, git
 
-    path = Path(root) / "params.yaml"
-    params = yaml.safe_load(path.read_text())
-    params["task"] = name
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    dest = copy_project(ROOT, tmp_path_factory.mktemp(task) / "project",
+                        params={"task": task, **params})
+    proc = dvc(dest, "repro")
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
+        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
+        "report"]
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", f"tiny {task} run")
+    return dest
 
 
 @pytest.fixture(scope="session")
 def detection_project(tmp_path_factory):
     """A project copy with `task: detection` on which `dvc repro` ran once on a tiny built-in
     sample (40 images at 64 px, 1 epoch), committed. Read-only: take a `copy_run` of it."""
-    from tools.project import copy_project, dvc, git
-
-    dest = copy_project(ROOT, tmp_path_factory.mktemp("detection") / "project",
-                        params=detection_params(DETECTION_TINY), git_init=False)
-    set_task(dest, "detection")
-    git(dest, "init", "-q")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "copy of the project")
-    proc = dvc(dest, "repro")
-    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
-        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
-        "report"]
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "tiny detection run")
-    return dest
+    return task_run(tmp_path_factory, "detection", detection_params(DETECTION_TINY))
 
 
 def ocr_params(**overrides) -> dict:
@@ -159,18 +151,9 @@ def ocr_params(**overrides) -> dict:
 
 def copy_ocr_project(dest, params: dict) -> Path:
     """A git-committed project copy with `task: ocr` and params (dotted keys)."""
-    import yaml
+    from tools.project import copy_project
 
-    from tools.project import copy_project, git
-
-    dest = copy_project(ROOT, dest, params=params, git_init=False)
-    raw = yaml.safe_load((dest / "params.yaml").read_text())
-    raw["task"] = "ocr"
-    (dest / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
-    git(dest, "init", "-q")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "copy of the project, task ocr")
-    return dest
+    return copy_project(ROOT, dest, params={"task": "ocr", **params})
 
 
 OCR_TINY_RUN = {"sample.lines": 240, "train.epochs": 1, "train.warmup_epochs": 0}
@@ -181,17 +164,7 @@ def ocr_project(tmp_path_factory):
     """A project copy with `task: ocr` on which `dvc repro` ran once on 240 sample lines for 1
     epoch, committed (the OCR twin of trained_project). Read-only: take a `copy_run` of it to
     change anything."""
-    from tools.project import dvc, git
-
-    dest = copy_ocr_project(tmp_path_factory.mktemp("ocr") / "project",
-                            ocr_params(**OCR_TINY_RUN))
-    proc = dvc(dest, "repro")
-    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
-        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
-        "report"]
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "tiny ocr run")
-    return dest
+    return task_run(tmp_path_factory, "ocr", ocr_params(**OCR_TINY_RUN))
 
 
 # export.formats (tests/test_export_formats.py): a few more images and epochs than TINY_RUN, so
@@ -252,33 +225,11 @@ def segmentation_params(**extra) -> dict:
             "train.epochs": 2, "train.batch_size": 8, "evaluate.bad_cases": 4, **extra}
 
 
-def use_task(root, name: str) -> None:
-    """Set the top-level `task` of root/params.yaml."""
-    import yaml
-
-    path = Path(root) / "params.yaml"
-    params = yaml.safe_load(path.read_text())
-    params["task"] = name
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-
-
 @pytest.fixture(scope="session")
 def segmentation_project(tmp_path_factory):
     """`task: segmentation` on a tiny built-in sample (60 images at 32 px, 2 epochs), one
     `dvc repro`, committed. Read-only: take a `copy_run` to change anything."""
-    from tools.project import copy_project, dvc, git
-
-    dest = copy_project(ROOT, tmp_path_factory.mktemp("segmentation") / "project",
-                        params=segmentation_params(), git_init=False)
-    use_task(dest, "segmentation")
-    git(dest, "init", "-q")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "segmentation")
-    proc = dvc(dest, "repro")
-    assert "Running stage 'report'" in proc.stdout, proc.stdout
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "tiny segmentation run")
-    return dest
+    return task_run(tmp_path_factory, "segmentation", segmentation_params())
 
 
 @pytest.fixture(scope="session")
@@ -301,3 +252,21 @@ def incremental_project(trained_project, tmp_path_factory):
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "fine-tuned on grown data")
     return trained_project, dest
+
+
+def wait_ready(proc, url: str, log_path, timeout: float = 90) -> None:
+    """Wait until a real `tools.serve` process answers /ready with 200; its log on failure."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, Path(log_path).read_text()
+        try:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "server not ready:\n" + Path(log_path).read_text()
+        time.sleep(0.2)

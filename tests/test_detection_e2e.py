@@ -8,7 +8,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import numpy as np
@@ -17,7 +16,7 @@ import yaml
 from PIL import Image
 
 from stages.lib.hooks import env_name
-from tests.conftest import ROOT, copy_run, run_stage, run_tool
+from tests.conftest import ROOT, copy_run, run_stage, run_tool, wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -113,16 +112,7 @@ def test_serve_answers_boxes_like_predict(detection_project, tmp_path):
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        wait_ready(proc, url, tmp_path / "serve.log")
         answer = httpx.post(f"{url}/predict", files=[("files", (src.name, src.read_bytes()))],
                             timeout=60)
         assert answer.status_code == 200, answer.text

@@ -5,13 +5,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import ROOT, copy_run, run_stage, run_tool, venv_elsewhere
+from tests.conftest import ROOT, copy_run, run_stage, run_tool, venv_elsewhere, wait_ready
 from tools.project import dvc, lock_hashes, set_params
 
 pytestmark = pytest.mark.e2e
@@ -121,16 +120,7 @@ def test_serve_with_the_openvino_backend(formats_project, tmp_path):
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_ready(proc, url, log)
         card = httpx.get(f"{url}/model").json()
         assert card["backend"] == "openvino" and card["classes"] == [str(d) for d in range(10)]
         image = sorted((formats_project / "data/sample/7").iterdir())[0]
@@ -156,10 +146,8 @@ def test_the_brightness_task_gets_the_formats_too(formats_project, tmp_path):
 
     project = copy_run(formats_project, tmp_path / "copy")
     shutil.copytree(ROOT / "tests/tasks/brightness", project / "stages/tasks/brightness")
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["task"] = "brightness"
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    set_params(project, {"export.max_metric_drop": 0.02})  # MAE on [0, 1] brightness
+    # MAE on [0, 1] brightness
+    set_params(project, {"task": "brightness", "export.max_metric_drop": 0.02})
     dvc(project, "repro", "export")
     m = export_metrics(project)
     assert m["headline"]["metric"] == "mae" and m["headline"]["higher_is_better"] is False

@@ -4,12 +4,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
-from tests.conftest import ROOT, run_tool
+from tests.conftest import ROOT, run_tool, wait_ready
 from tests.test_serve import free_port, post
 
 pytestmark = pytest.mark.e2e
@@ -26,14 +24,7 @@ def own_server(own_data_project, tmp_path_factory):
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_ready(proc, url, log_path)
         yield url
     finally:
         proc.terminate()

@@ -7,13 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, copy_run, run_stage
+from tests.conftest import ROOT, copy_run, run_stage, wait_ready
 
 
 def test_outs_metrics_and_model_metadata(ocr_project):
@@ -95,16 +94,7 @@ def test_serve_answers_text_over_http(ocr_project, test_lines, tmp_path):
             env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_ready(proc, url, log)
         names = sorted(expected)[:3]
         files = [("files", (n, (folder / n).read_bytes(), "image/x-portable-graymap"))
                  for n in names]

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import numpy as np
@@ -14,7 +13,7 @@ import onnx
 import pytest
 from PIL import Image
 
-from tests.conftest import ROOT, copy_run, run_module
+from tests.conftest import ROOT, copy_run, run_module, wait_ready
 from tools.project import dvc
 
 pytestmark = pytest.mark.e2e
@@ -116,16 +115,7 @@ def test_serve_answers_masks_over_http(segmentation_project, tmp_path):
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_ready(proc, url, log)
         data = (p / "data/sample/images/00003.png").read_bytes()
         r = httpx.post(f"{url}/predict", files=[("files", ("a.png", data, "image/png"))],
                        timeout=30)

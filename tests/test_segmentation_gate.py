@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import ROOT, run_stage, segmentation_params, use_task, write_image
+from tests.conftest import ROOT, run_stage, segmentation_params, write_image
 from tools.project import copy_project
 
 
@@ -37,9 +37,8 @@ def good_mask(seed, size=16):
 
 def project_with(tmp_path, source, **params):
     root = copy_project(ROOT, tmp_path / "project",
-                        params={**segmentation_params(), "data.source": str(source), **params},
-                        git_init=False)
-    use_task(root, "segmentation")
+                        params={**segmentation_params(), "task": "segmentation",
+                                "data.source": str(source), **params}, git_init=False)
     return root
 
 

@@ -4,7 +4,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +13,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from tests.conftest import ROOT, write_image
+from tests.conftest import ROOT, write_image, wait_ready
 
 pytestmark = pytest.mark.e2e  # the model comes from a `dvc repro` run (trained_project)
 
@@ -41,16 +40,7 @@ def server(trained_project, tmp_path_factory):
         proc = subprocess.Popen(cmd, cwd=log_path.parent, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "server not ready:\n" + log_path.read_text()
-        time.sleep(0.2)
+    wait_ready(proc, url, log_path)
     yield SimpleNamespace(url=url, log=log_path)
     proc.terminate()
     proc.wait(20)

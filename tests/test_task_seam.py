@@ -77,15 +77,13 @@ def test_a_param_outside_its_choices_or_range_is_named(tmp_path):
 
 @pytest.mark.e2e
 def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
-    from tools.project import copy_project, dvc, git
+    from tools.project import copy_project, dvc, git, set_params
 
     root = copy_project(ROOT, tmp_path / "project",
                         params={"sample.per_class": 20, "train.epochs": 4})
     shutil.copytree(BRIGHTNESS, root / "stages/tasks/brightness",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["task"] = "brightness"
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    set_params(root, {"task": "brightness"})
     # Only the new task package and params.yaml differ from the project: no stage changed.
     changed = git(root, "status", "--porcelain").split("\n")
     assert sorted(line[3:] for line in changed if line) == ["params.yaml",

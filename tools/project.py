@@ -42,13 +42,17 @@ def git(cwd, *args) -> str:
 
 
 def set_params(root, overrides: dict) -> None:
-    """Apply {"train.epochs": 1, ...} to root/params.yaml."""
+    """Apply {"task": "ocr", "train.epochs": 1, ...} to root/params.yaml (a key without a dot
+    is a top-level one)."""
     path = Path(root) / "params.yaml"
     params = yaml.safe_load(path.read_text())
     for dotted, value in overrides.items():
+        if "." not in dotted:
+            params[dotted] = value
+            continue
         section, key = dotted.split(".", 1)
         params.setdefault(section, {})[key] = value
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
 
 
 def dvc(cwd, *args, check: bool = True, python=None, progress=None
