@@ -55,7 +55,7 @@ def test_parity_gate_fails_naming_the_image(detection_project, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert re.search(r"Worst image: images/test/\d+\.png", proc.stderr), proc.stderr
-    assert "was not written" in proc.stderr
+    assert "models/model.onnx and the other formats were not written" in proc.stderr
     ok = run_stage("export", cwd=run)  # unperturbed: every detection matches one to one
     assert ok.returncode == 0, ok.stderr
 
