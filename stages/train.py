@@ -319,6 +319,9 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             if interrupt_at and st["step"] == interrupt_at:
                 import signal
 
+                # as in a foreground terminal: a job started in the background (`cmd &`, as CI
+                # may run the tests) inherits SIGINT ignored, and Python then never raises
+                signal.signal(signal.SIGINT, signal.default_int_handler)
                 os.kill(os.getpid(), signal.SIGINT)
             if on_checkpoint and p.checkpoint_every_steps and not last \
                     and st["step"] % p.checkpoint_every_steps == 0:
