@@ -7,22 +7,19 @@ shifted, scaled, clipped to the crop and dropped when under 2 px or under 40% of
 is left; a horizontal flip (train.aug_hflip) mirroring the boxes; brightness/contrast jitter
 (train.aug_jitter). train.aug_rotate is not applied to boxes (it would loosen them): ignored.
 """
-import math
 
 
 def augment(x, y, p, seed: int):
     import torch
+
+    from stages.lib.augment import crop_box
 
     u = torch.rand(8, generator=torch.Generator().manual_seed(seed)).tolist()
     _, h, w = x.shape
     y = y.clone()
     valid = y[:, 0] >= 0
     if p.aug_crop_scale < 1.0:
-        area = p.aug_crop_scale + (1 - p.aug_crop_scale) * u[0]
-        ratio = math.exp(math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[1])
-        cw = min(w, max(1, round(math.sqrt(area * ratio) * w)))
-        ch = min(h, max(1, round(math.sqrt(area / ratio) * h)))
-        top, left = int(u[2] * (h - ch + 1)), int(u[3] * (w - cw + 1))
+        top, left, ch, cw = crop_box(u, h, w, p.aug_crop_scale)
         crop = x[None, :, top:top + ch, left:left + cw]
         x = torch.nn.functional.interpolate(crop, size=(h, w), mode="bilinear",
                                             align_corners=False)[0]

@@ -10,16 +10,13 @@ def augment(x, y, p, seed: int):
     to the normalised CxHxW image and, geometrically, to its HxW mask: the crop and rotation
     resample the mask by nearest neighbour (rotation fills it with the ignore value), the flip
     flips both, the jitter touches the image only."""
-    import math
+
+    from stages.lib.augment import crop_box
 
     u = torch.rand(8, generator=torch.Generator().manual_seed(seed)).tolist()
     _, h, w = x.shape
     if p.aug_crop_scale < 1.0:
-        area = p.aug_crop_scale + (1 - p.aug_crop_scale) * u[0]
-        ratio = math.exp(math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[1])
-        cw = min(w, max(1, round(math.sqrt(area * ratio) * w)))
-        ch = min(h, max(1, round(math.sqrt(area / ratio) * h)))
-        top, left = int(u[2] * (h - ch + 1)), int(u[3] * (w - cw + 1))
+        top, left, ch, cw = crop_box(u, h, w, p.aug_crop_scale)
         x = torch.nn.functional.interpolate(x[None, :, top:top + ch, left:left + cw],
                                             size=(h, w), mode="bilinear", align_corners=False)[0]
         crop = y[None, None, top:top + ch, left:left + cw].float()
