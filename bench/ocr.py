@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main(epochs, samples, threads, predict_rounds):
     import torch
 
-    import stages.lib.augment as augment
+    from bench.paired import paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks.ocr import TASK
-    from stages.train import fit, make_optimizer, set_deterministic, setup
+    from stages.train import make_optimizer, set_deterministic, setup
 
     if threads:
         torch.set_num_threads(threads)
@@ -62,9 +62,6 @@ def main(epochs, samples, threads, predict_rounds):
     torch.manual_seed(p.seed)
     bare_model = TASK.build_model("crnn", meta)
     bare_opt = make_optimizer(p, bare_model)
-    steps = []
-    real_batches = augment.batches
-
     def bare_step(idx):
         tic = time.perf_counter()
         loss = TASK.loss(bare_model(x[idx]), y[idx], p)
@@ -73,31 +70,10 @@ def main(epochs, samples, threads, predict_rounds):
         bare_opt.step()
         return time.perf_counter() - tic
 
-    def paired(ds, start, num_workers):
-        bare_model.train()
-        epoch = []
-        steps.append(epoch)
-        it = real_batches(ds, start, num_workers)
-        while True:
-            tic = time.perf_counter()
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            fetch = time.perf_counter() - tic
-            bare = bare_step(item[0])
-            tic = time.perf_counter()
-            yield item
-            epoch.append((fetch + time.perf_counter() - tic, bare, len(item[0])))
-
-    augment.batches = paired
-    try:
-        fit(p, run, (x, y, x[:64], y[:64]))
-    finally:
-        augment.batches = real_batches
+    bare_model.train()
+    steps = paired_fit(p, run, (x, y, x[:64], y[:64]), bare_step)
     timed = [s for epoch in steps[1:] for s in epoch]
-    stage = sum(n for *_, n in timed) / sum(s for s, _, _ in timed)
-    bare = sum(n for *_, n in timed) / sum(b for _, b, _ in timed)
+    stage, bare = rates(steps[1:])
     per_epoch = statistics.median(sum(b for _, b, _ in e) / sum(s for s, _, _ in e)
                                   for e in steps[1:])
     click.echo(f"train, threads {torch.get_num_threads()}, batch {p.batch_size}, {samples} "

@@ -32,11 +32,11 @@ def train_ratio(epochs: int, samples: int) -> None:
     import torch
     import torch.nn.functional as F
 
-    import stages.lib.augment as augment
+    from bench.paired import paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks import get
     from stages.tasks.segmentation.model import build_model
-    from stages.train import fit, make_optimizer, set_deterministic, setup
+    from stages.train import make_optimizer, set_deterministic, setup
 
     task = get("segmentation")
     sp = task.sample_params
@@ -52,9 +52,6 @@ def train_ratio(epochs: int, samples: int) -> None:
     torch.manual_seed(p.seed)
     bare_model = build_model(p.model, 4, 3)
     bare_opt = make_optimizer(p, bare_model)
-    steps = []
-    real_batches = augment.batches
-
     def bare_step(idx) -> float:
         tic = time.perf_counter()
         loss = F.cross_entropy(bare_model(x[idx]), y[idx].long(), ignore_index=255)
@@ -63,31 +60,10 @@ def train_ratio(epochs: int, samples: int) -> None:
         bare_opt.step()
         return time.perf_counter() - tic
 
-    def paired(ds, start, num_workers):
-        bare_model.train()
-        epoch = []
-        steps.append(epoch)
-        it = real_batches(ds, start, num_workers)
-        while True:
-            tic = time.perf_counter()
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            fetch = time.perf_counter() - tic
-            bare = bare_step(item[0])
-            tic = time.perf_counter()
-            yield item
-            epoch.append((fetch + time.perf_counter() - tic, bare, len(item[0])))
-
-    augment.batches = paired
-    try:
-        fit(p, run, (x, y, x[:16], y[:16]))
-    finally:
-        augment.batches = real_batches
+    bare_model.train()
+    steps = paired_fit(p, run, (x, y, x[:16], y[:16]), bare_step)
     timed = [s for epoch in steps[1:] for s in epoch]
-    n = sum(k for *_, k in timed)
-    stage, bare = n / sum(s for s, _, _ in timed), n / sum(b for _, b, _ in timed)
+    stage, bare = rates(steps[1:])
     click.echo(f"train: threads {torch.get_num_threads()}, {p.model}, batch {p.batch_size}, "
                f"{size} px, {samples} samples, {epochs} timed epochs ({len(timed)} step pairs)")
     click.echo(f"  stage loop: {stage:8.2f} samples/s (with per-sample image+mask augmentation)")

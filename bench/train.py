@@ -65,11 +65,11 @@ def main(epochs, params_path, samples, shards, image_size, channels):
 
     import torch
 
-    import stages.lib.augment as augment
+    from bench.paired import paired_fit, rates
     from stages.lib.params import load
     from stages.tasks import current
     from stages.tasks.classification.model import build_model
-    from stages.train import fit, make_optimizer, set_deterministic, setup
+    from stages.train import make_optimizer, set_deterministic, setup
 
     p = load("train", params_path)
     p = dataclasses.replace(p, epochs=epochs + 1, nproc=1)
@@ -99,35 +99,11 @@ def main(epochs, params_path, samples, shards, image_size, channels):
     torch.manual_seed(p.seed)
     bare_model = build_model(p.model, 10, c)
     bare_opt = make_optimizer(p, bare_model)
-    steps = []  # per epoch: [(stage seconds, bare seconds, samples)]
-    real_batches = augment.batches
-
-    def paired(ds, start, num_workers):
-        """The stage's batches, with one timed bare step before each."""
-        bare_model.train()
-        epoch = []
-        steps.append(epoch)
-        it = real_batches(ds, start, num_workers)
-        while True:
-            tic = time.perf_counter()
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            fetch = time.perf_counter() - tic
-            bare = bare_step(bare_model, bare_opt, x, y, item[0])
-            tic = time.perf_counter()
-            yield item
-            epoch.append((fetch + time.perf_counter() - tic, bare, len(item[0])))
-
-    augment.batches = paired
-    try:
-        fit(p, run, data)
-    finally:
-        augment.batches = real_batches
+    bare_model.train()
+    # per epoch: [(stage seconds, bare seconds, samples)]
+    steps = paired_fit(p, run, data, lambda idx: bare_step(bare_model, bare_opt, x, y, idx))
     timed = [s for epoch in steps[1:] for s in epoch]
-    stage = sum(n for *_, n in timed) / sum(s for s, _, _ in timed)
-    bare = sum(n for *_, n in timed) / sum(b for _, b, _ in timed)
+    stage, bare = rates(steps[1:])
     per_epoch = statistics.median(sum(b for _, b, _ in e) / sum(s for s, _, _ in e)
                                   for e in steps[1:])
     click.echo(f"threads {torch.get_num_threads()}, model {p.model}, batch {p.batch_size}, "
