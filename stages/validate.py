@@ -5,8 +5,11 @@ expectation per check, each returning every offender; nothing fails until all ch
 Blocking problems either stop the pipeline (`validate.on_error: fail`) or are listed in
 data/quarantine.csv and left out of the split (`quarantine`); warnings (odd modes that the
 shared conversion handles, duplicates kept together, near-duplicate pairs) never block.
-Outputs: metrics/validation.json (counts per check, for `dvc metrics diff`), the quarantine
-list (header only when empty) and reports/validation.html (self-contained).
+Outputs: metrics/validation.json (the headline counts, a DVC metric: `dvc metrics diff`,
+`dvc exp show`), metrics/validation_checks.json (the count of every check, one key each: a plain
+out, so `dvc exp show` does not grow a column per check; `dvc metrics show` names it as a
+target), the quarantine list (header only when empty) and reports/validation.html
+(self-contained).
 """
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -19,6 +22,7 @@ from stages.lib.params import load_all, params_option
 
 MANIFEST = Path("data/manifest.csv")
 METRICS = Path("metrics/validation.json")
+CHECK_COUNTS = Path("metrics/validation_checks.json")  # {check: count}, not a DVC metric
 QUARANTINE = Path("data/quarantine.csv")
 REPORT = Path("reports/validation.html")
 
@@ -232,7 +236,8 @@ def main(params_path):
 
     Reads `task` and the `validate` section (min_side, max_pixels, formats, classes,
     min_per_class, max_imbalance, near_dup_distance, on_error) from the params file. Writes
-    metrics/validation.json, data/quarantine.csv and reports/validation.html.
+    metrics/validation.json, metrics/validation_checks.json, data/quarantine.csv and
+    reports/validation.html.
     """
     from stages.tasks import current
 
@@ -243,7 +248,8 @@ def main(params_path):
     rows = read_csv(MANIFEST)
     result = check_all(rows, p, task)
     summary = summarize(rows, result, task)
-    write_json(METRICS, summary)
+    write_json(METRICS, {k: v for k, v in summary.items() if k != "checks"})
+    write_json(CHECK_COUNTS, summary["checks"])
     write_bytes(REPORT, report_html(summary, result, p.on_error, task).encode())
     quarantined = quarantine_rows(result, task) if p.on_error == "quarantine" else []
     write_csv(QUARANTINE, quarantined, ["path", "reason"])

@@ -69,7 +69,8 @@ def test_yolo_gate_names_every_bad_label(in_tmp):
     assert "line 2: duplicate box" in proc.stderr and "line 1: duplicate box" in proc.stderr
     assert "good0" not in proc.stderr and "background" not in proc.stderr
     summary = json.loads(Path("metrics/validation.json").read_text())
-    assert summary["checks"]["no_labels"] == 1  # a warning, never blocking
+    counts = json.loads(Path("metrics/validation_checks.json").read_text())
+    assert counts["no_labels"] == 1  # a warning, never blocking
     assert summary["invalid"] == len(bad)
     assert summary["per_class"]["ring"] >= 4 and summary["per_class"]["block"] >= 4
 

@@ -68,7 +68,7 @@ def test_gate_names_every_bad_line_with_its_check(gate_project):
     for good, _, _ in GOOD:
         assert good not in proc.stderr
     assert "warn/space.png" not in proc.stderr  # a warning, not a failure
-    counts = json.loads((gate_project / "metrics/validation.json").read_text())["checks"]
+    counts = json.loads((gate_project / "metrics/validation_checks.json").read_text())
     assert counts["whitespace"] == 1 and counts["too_long"] == 2
     assert counts["bad_list"] == 1 and counts["duplicate_entry"] == 1
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # untouched

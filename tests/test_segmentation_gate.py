@@ -83,7 +83,8 @@ def test_gate_names_every_bad_mask_of_each_kind(tmp_path):
     assert "8x8 but the image is 16x16" in proc.stderr
     assert "value(s) 7 outside the classes 0, 1, 2, 3" in proc.stderr
     metrics = json.loads((root / "metrics/validation.json").read_text())
-    assert {c: metrics["checks"][c] for c in expected} == {c: len(k) for c, k in
+    counts = json.loads((root / "metrics/validation_checks.json").read_text())
+    assert {c: counts[c] for c in expected} == {c: len(k) for c, k in
                                                           expected.items()}
     assert metrics["invalid"] == 8
     seg = metrics["segmentation"]

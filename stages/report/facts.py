@@ -21,6 +21,7 @@ VALIDATION_HTML = Path("reports/validation.html")
 MANIFEST = Path("data/manifest.csv")
 QUARANTINE = Path("data/quarantine.csv")
 VALIDATION = Path("metrics/validation.json")
+VALIDATION_CHECKS = Path("metrics/validation_checks.json")  # {check: count}
 SPLIT = Path("metrics/split.json")
 CURVES = Path("plots/train/plots/metrics")
 TRAIN = Path("metrics/train.json")
@@ -42,7 +43,7 @@ class Facts:
     manifest_sha256: str
     manifest_rows: int
     quarantined: int
-    validation: dict  # metrics/validation.json
+    validation: dict  # metrics/validation.json, with "checks" from metrics/validation_checks.json
     split: dict  # metrics/split.json's counts per split and class
     curves: dict  # {metric: {series: [(step, value)]}}
     train: dict  # metrics/train.json
@@ -86,7 +87,8 @@ def gather(params_path, out: Path, git: dict | None = None,
     params_rows, params_sha = params_facts(raw_params, params_path)
     installed = installed_versions()
     lock_sha, pins = lock_facts()
-    validation, quarantined = read_json(VALIDATION), len(read_csv(QUARANTINE))
+    validation = {**read_json(VALIDATION), "checks": read_json(VALIDATION_CHECKS)}
+    quarantined = len(read_csv(QUARANTINE))
     curves, train = read_curves(), read_json(TRAIN)
     eval_files = {p.name: p.read_bytes() for p in sorted(EVAL_DIR.glob("*")) if p.is_file()}
     return Facts(
