@@ -34,7 +34,7 @@ def main(params_path):
     from stages.lib.images import load_processed
     from stages.lib.models import load_model, no_weights, predict_logits
     from stages.lib.provenance import run_record, write_run_record
-    from stages.lib.shards import images_view
+    from stages.lib.shards import View, images_view
     from stages.tasks import current
 
     task = current(params_path)
@@ -50,13 +50,16 @@ def main(params_path):
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
         old, old_meta = load_model(p.compare_with)
-        keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
+        keys = (*task.meta_keys, "image_size", "channels")
         differ = [k for k in keys if old_meta.get(k) != meta.get(k)]
         if differ:
             raise StageError(f"evaluate.compare_with: {p.compare_with} was trained with other "
                              f"{', '.join(differ)} than models/model.pt; it cannot be scored "
                              f"on this test set.")
-        old_metrics = task.evaluate(predict_logits(old, x, p.batch_size), y, paths, images,
+        # the same pixels, normalised as that model was trained (prepare.mean/std: auto moves
+        # a little when images are added)
+        old_x = View(x.split, x.kind, old_meta["mean"], old_meta["std"])
+        old_metrics = task.evaluate(predict_logits(old, old_x, p.batch_size), y, paths, images,
                                     old_meta, p)[0]
         metrics = {**metrics, "compare_with": {"model": p.compare_with, **old_metrics}}
         summary += f"; {p.compare_with} on the same test set: see compare_with in {METRICS}"
