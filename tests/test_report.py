@@ -213,7 +213,8 @@ def test_every_input_is_read_once_per_render(run, monkeypatch):
     curves = {p.relative_to(run).as_posix() for p in (run / facts.CURVES).rglob("*.tsv")}
     code = {p.relative_to(run).as_posix() for p in (run / "stages").rglob("*.py")}
     details = {p.relative_to(run).as_posix() for p in (run / facts.EVAL_DIR).iterdir()}
-    inputs = {facts.MANIFEST, facts.QUARANTINE, facts.VALIDATION, facts.SPLIT, facts.TRAIN,
+    inputs = {facts.MANIFEST, facts.QUARANTINE, facts.VALIDATION, facts.VALIDATION_CHECKS,
+              facts.SPLIT, facts.TRAIN,
               facts.EVAL, facts.EXPORT, facts.ONNX, facts.LOCK, Path("params.yaml")}
     assert curves and code and "plots/eval/bad_cases.png" in details
     assert set(opened) == {p.as_posix() for p in inputs} | curves | code | details  # once each
