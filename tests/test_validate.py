@@ -75,7 +75,7 @@ def test_class_checks_expected_minimum_and_imbalance(tmp_path):
 
 def test_check_names_and_kinds_are_declared_once():
     """Every check has one kind and a description, from stages/lib/checks.py (shared) or the
-    task's `checks`; metrics/validation.json counts exactly those checks."""
+    task's `checks`; metrics/validation_checks.json counts exactly those checks."""
     every = checks.all_checks(TASK)
     assert all(kind in ("blocking", "warning", "dataset") and description
                for kind, description in every.values())

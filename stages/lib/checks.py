@@ -1,5 +1,5 @@
 """Every validate check's name and kind, in one place: the shared checks here, a task's own in
-its `checks`. validate, the quarantine, metrics/validation.json and the reports all read them
+its `checks`. validate, the quarantine, metrics/validation_checks.json and the reports all read them
 from here, so a check's kind is never decided twice."""
 from stages.tasks.base import BLOCKING, DATASET, WARNING
 
