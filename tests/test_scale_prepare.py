@@ -111,3 +111,20 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
     if mode == "auto":
         assert (meta["image_size"], channels) == (32, 3)
         assert "36 train images" in outs[0] and "30 of 60 images are colour" in outs[0]
+
+
+def test_a_batch_read_names_a_truncated_shard(tmp_path):
+    """The per-sample reads of a random batch check every read, like the slice reads."""
+    from stages.lib.shards import images_view, write_processed
+
+    x = np.arange(12 * 2 * 2 * 1, dtype=np.uint8).reshape(12, 2, 2, 1)
+    write_processed(tmp_path, {"train": (x, np.zeros(12, np.int64))},
+                    {"mean": [0.5], "std": [0.5]}, shard_size=5)
+    view = images_view("train", tmp_path)
+    assert np.array_equal(view[[11, 0, 7, 7]], x[[11, 0, 7, 7]])
+    shard = tmp_path / "train/images-00001.npy"
+    shard.write_bytes(shard.read_bytes()[:-6])  # samples 5..9: the last two cut
+    view = images_view("train", tmp_path)
+    assert np.array_equal(view[[0, 11, 5]], x[[0, 11, 5]])
+    with pytest.raises(OSError, match="images-00001.npy: short read"):
+        view[[0, 9]]
