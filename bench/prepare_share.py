@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# the repository instead of bench/ (whose queue.py would shadow the standard library's queue)
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 
 def main() -> None:
