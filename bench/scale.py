@@ -174,8 +174,8 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
     guess = sum(3.0 * n / 1000 + 20 for n in ns) + 0.65 * trees / 1000
     if train_image_size in (0, image_size) and image_size > 64:
         guess += sum(0.7 * n / 20 for n in ns)  # small_cnn at 160 px: ~20 images/s
-    click.echo(f"expected: about {guess / 60:.0f} min on 2 idle cores"
-               + (f" (including {0.65 * trees / 1000 / 60:.1f} min to write {trees:,} JPEGs "
+    click.echo(f"expected: about {max(1, round(guess / 60))} min on 2 idle cores"
+               + (f" (including {0.65 * trees / 1000:.0f} s to write {trees:,} JPEGs "
                   f"under {work}, reused next time)" if trees else f" (trees reused from {work})")
                + "; a loaded machine takes longer, and its ratios are not comparable")
     for n in ns:
