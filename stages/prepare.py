@@ -9,6 +9,7 @@ prepare.workers processes (0 = all cores) each decode and write whole shards; a 
 depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
 per worker, whatever the dataset size.
 """
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -118,10 +119,8 @@ def read_headers(splits, source, workers: int) -> tuple:
     # both passes in one map: train's sides, then every file's colour
     n_train = (len(train) + chunk - 1) // chunk
     p = pool(workers, len(jobs))
-    results = list(p.imap(header_job, jobs) if p else map(header_job, jobs))
-    if p:
-        p.close()
-        p.join()
+    with p or contextlib.nullcontext():
+        results = list(p.imap(header_job, jobs) if p else map(header_job, jobs))
     sides = [s for r in results[:n_train] for s in r[0]]
     return sides, sum(r[1] for r in results[n_train:])
 
@@ -151,15 +150,13 @@ def write_shards(splits, params_path, meta, source, p, workers: int, image_size:
         results = map(write_shard, order)
     else:  # each job writes its own files
         results = workers_pool.imap_unordered(write_shard, order)
-    for n, job_sides, job_colour, job_counts in results:
-        bar.update(n)
-        sides += job_sides
-        colour += job_colour
-        if job_counts is not None:
-            counts += job_counts
-    if workers_pool is not None:
-        workers_pool.close()
-        workers_pool.join()
+    with workers_pool or contextlib.nullcontext():  # a failure stops the other workers
+        for n, job_sides, job_colour, job_counts in results:
+            bar.update(n)
+            sides += job_sides
+            colour += job_colour
+            if job_counts is not None:
+                counts += job_counts
     bar.close()
     return (sides, colour), (counts if norm else None)
 
