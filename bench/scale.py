@@ -3,6 +3,9 @@
     python bench/scale.py                          # N = 25,000 and 100,000 (the sizes)
     python bench/scale.py --sizes 5000,20000       # what fits in a shorter session
 
+It prints its expected duration first (about 9 minutes for the default sizes on 2 idle cores,
+1.5 of them writing the 125,000 seeded JPEGs once: they stay under --work and are reused).
+
 For each N it writes a tree of N RGB JPEGs of 200-400 px in 10 classes (seeded: smooth random
 pictures, so no two are near-duplicates), copies the project, points data.source at the tree,
 prepares at --image-size px RGB and runs each stage as its own process, like DVC does:
@@ -150,9 +153,10 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
 @click.option("--work", default="/tmp/scale-bench", show_default=True, type=click.Path(),
               help="Where the trees and project copies go (trees are reused).")
 @click.option("--image-size", default=160, show_default=True)
-@click.option("--train-image-size", default=0, type=int,
+@click.option("--train-image-size", default=32, show_default=True, type=int,
               help="Re-prepare at this size before train (0 = --image-size): small_cnn at 160 px "
-                   "trains at ~10-30 images/s on 2 CPU cores, too slow for an epoch of 100,000.")
+                   "trains at ~10-30 images/s on 2 CPU cores, an hour or two per epoch of "
+                   "100,000.")
 @click.option("--batch-size", default=64, show_default=True)
 @click.option("--decode-sample", default=2000, show_default=True)
 @click.option("--bare-steps", default=60, show_default=True)
@@ -162,7 +166,19 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
 
     work = Path(work)
     results = {}
-    for n in [int(s) for s in sizes.split(",")]:
+    ns = [int(s) for s in sizes.split(",")]
+    trees = sum(n for n in ns if not (work / f"tree-{n}" / ".complete").exists())
+    # measured on the 2 idle cores of the machine: stages (ingest, validate, split,
+    # prepare twice, a 32 px epoch, the loops) ~3 s per 1,000 files + ~20 s per N; the
+    # seeded JPEG trees ~0.65 s per 1,000 files, built once and reused from --work
+    guess = sum(3.0 * n / 1000 + 20 for n in ns) + 0.65 * trees / 1000
+    if train_image_size in (0, image_size) and image_size > 64:
+        guess += sum(0.7 * n / 20 for n in ns)  # small_cnn at 160 px: ~20 images/s
+    click.echo(f"expected: about {max(1, round(guess / 60))} min on 2 idle cores"
+               + (f" (including {0.65 * trees / 1000:.0f} s to write {trees:,} JPEGs "
+                  f"under {work}, reused next time)" if trees else f" (trees reused from {work})")
+               + "; a loaded machine takes longer, and its ratios are not comparable")
+    for n in ns:
         tree = work / f"tree-{n}"
         tic = time.perf_counter()
         build_tree(tree, n)

@@ -37,6 +37,9 @@ def main(params_path):
     from stages.lib.shards import View, images_view
     from stages.tasks import current
 
+    from stages.lib.cores import stage_threads
+
+    stage_threads()  # its share of the cores under `dvc queue start -j N`; alone: unchanged
     task = current(params_path)
     model, meta = load_model(MODEL)
     x, y, _ = load_processed("test")

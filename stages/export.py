@@ -114,15 +114,14 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     return proto.SerializeToString()
 
 
-def onnx_logits(blob: bytes, x, batch_size: int):
-    """onnxruntime's first output of a normalised float32 batch, batch_size images at a time."""
+def onnx_logits(blob: bytes, x, batch_size: int, threads: int = 0):
+    """onnxruntime's first output of a normalised float32 batch, batch_size images at a time
+    (threads: its intra-op pool; 0 = onnxruntime's default)."""
     import numpy as np
-    import onnxruntime as ort
+    from stages.lib.formats import onnx_runner
 
-    session = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
-    first = session.get_outputs()[0].name
-    return np.concatenate([session.run([first], {"input": x[i:i + batch_size]})[0]
-                           for i in range(0, len(x), batch_size)])
+    run = onnx_runner(blob, threads)
+    return np.concatenate([run(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
 
 
 def torchscript_bytes(model, meta, task) -> bytes:
@@ -357,6 +356,9 @@ def main(params_path):
     from stages.lib.provenance import run_record, write_run_record
     from stages.tasks import current
 
+    from stages.lib.cores import stage_threads
+
+    threads = stage_threads()  # its share under `dvc queue start -j N`; alone: 0, unchanged
     task = current(params_path)
 
     model, meta = load_model(MODEL)
@@ -373,7 +375,7 @@ def main(params_path):
     blob = onnx_bytes(exported, meta, task, origin)
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})
-    metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b) for b in batches},
+    metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b, threads) for b in batches},
                                  p.atol, p.rtol, paths, "ONNX (onnxruntime)", task,
                                  params_path)
     metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})

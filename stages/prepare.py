@@ -9,6 +9,7 @@ prepare.workers processes (0 = all cores) each decode and write whole shards; a 
 depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
 per worker, whatever the dataset size.
 """
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -35,77 +36,129 @@ def input_size(p, image_size):
     return [p.height, p.width] if p.height else image_size
 
 
-def init_worker(params_path, meta, source, image_size, channels):
+def init_worker(params_path, meta, source, image_size, channels, facts, norm):
     from stages.tasks import current
 
     task = current(params_path)
     _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
-                   source=Path(source),
-                   image_size=image_size, channels=channels)
+                   source=Path(source), image_size=image_size, channels=channels, facts=facts,
+                   norm=norm)
 
 
-def prepare_split(rows, source: Path, encode, dtype, image_size, channels):
-    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target."""
+def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None):
+    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target.
+    facts: a list that gets each file's (shorter side, grey) from the header this decode opens
+    (prepare's hints, without a second pass over the files)."""
     import numpy as np
+    from PIL import Image
 
-    from stages.lib.images import load_image
-
-    from stages.lib.images import input_hw
+    from stages.lib.autoprep import grey_header
+    from stages.lib.images import input_hw, model_input
 
     x = np.zeros((len(rows), *input_hw(image_size), channels), dtype=np.uint8)
     y = []
     for i, r in enumerate(rows):
-        x[i] = load_image(source / r["path"], image_size, channels)
+        with Image.open(source / r["path"]) as img:  # what load_image does, header kept
+            if facts is not None:
+                facts.append((min(img.size), grey_header(img)))
+            x[i] = model_input(img, image_size, channels)
         y.append(encode(r, x[i]))
     return x, np.array(y, dtype=dtype)
 
 
-def write_shard(job) -> int:
-    """Decode one shard's rows and write its two files; the number of samples."""
+def write_shard(job) -> tuple:
+    """Decode one shard's rows and write its two files: (samples, the shorter sides of its
+    images when it is a split whose sides count, how many are colour, the train pixels' value
+    counts when mean/std are auto). Nothing but these small facts goes back to the parent."""
     from stages.lib.shards import IMAGES, TARGETS, save_npy, shard_name
 
-    split, k, rows = job
+    split, k, rows, sides_count = job
     w = _WORKER
+    facts = [] if w["facts"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"])
+                         w["channels"], facts)
     save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
     save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
-    return len(rows)
+    counts = None
+    if w["norm"] and split == "train":
+        from stages.lib.autoprep import value_counts
+
+        counts = value_counts(x)
+    facts = facts or []
+    return (len(rows), [side for side, _ in facts] if sides_count else [],
+            sum(not grey for _, grey in facts), counts)
+
+
+def header_job(job) -> tuple:
+    """(shorter sides, colour count) of some rows' headers (image_size/channels auto)."""
+    from stages.lib.autoprep import header_facts
+
+    source, rows = job
+    facts = [header_facts(Path(source) / r["path"]) for r in rows]
+    return [side for side, _ in facts], sum(not grey for _, grey in facts)
+
+
+def pool(workers: int, jobs: int, initializer=None, initargs=()):
+    """A process pool of min(workers, jobs) (fork where there is one: the parent's imports
+    and task come along, nothing to re-import); None when one process does it all."""
+    if workers == 1 or jobs <= 1:
+        return None
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
+    return ctx.Pool(min(workers, jobs), initializer, initargs)
+
+
+def read_headers(splits, source, workers: int) -> tuple:
+    """(train shorter sides, colour count) from every header, in `workers` processes."""
+    every = [r for rows in splits.values() for r in rows]
+    train = splits.get("train") or every
+    chunk = 512
+    jobs = [(str(source), rows[i:i + chunk]) for rows in (train, every)
+            for i in range(0, len(rows), chunk)]
+    # both passes in one map: train's sides, then every file's colour
+    n_train = (len(train) + chunk - 1) // chunk
+    p = pool(workers, len(jobs))
+    with p or contextlib.nullcontext():
+        results = list(p.imap(header_job, jobs) if p else map(header_job, jobs))
+    sides = [s for r in results[:n_train] for s in r[0]]
+    return sides, sum(r[1] for r in results[n_train:])
 
 
 def write_shards(splits, params_path, meta, source, p, workers: int, image_size: int,
-                 channels: int) -> None:
-    """Every shard of every split, in `workers` processes (1 = in this process)."""
+                 channels: int, facts: bool, norm: bool) -> tuple:
+    """Every shard of every split, in `workers` processes (1 = in this process). Returns the
+    facts its decodes saw: (train shorter sides, colour count) when `facts`, and the train
+    pixels' value counts when `norm` (None otherwise)."""
+    import numpy as np
     from tqdm import tqdm
 
-    jobs = [(name, k, rows[start:start + p.shard_size])
+    sides_from = "train" if splits.get("train") else None  # else every split's sides count
+    jobs = [(name, k, rows[start:start + p.shard_size], sides_from in (None, name))
             for name, rows in splits.items()
             for k, start in enumerate(range(0, len(rows), p.shard_size))]
-    init = (params_path, meta, str(source), input_size(p, image_size), channels)
+    # the short last shards at the end, so no worker is left with a long one while the
+    # others idle; the files do not depend on which process writes them or when
+    order = sorted(jobs, key=lambda job: -len(job[2]))
+    init = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm)
     total = sum(len(r) for r in splits.values())
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
-    if workers == 1 or len(jobs) <= 1:
+    sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
+    workers_pool = pool(workers, len(jobs), init_worker, init)
+    if workers_pool is None:
         init_worker(*init)
-        for job in jobs:
-            bar.update(write_shard(job))
-    else:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-        with ctx.Pool(min(workers, len(jobs)), init_worker, init) as pool:
-            for n in pool.imap_unordered(write_shard, jobs):  # each job writes its own files
-                bar.update(n)
+        results = map(write_shard, order)
+    else:  # each job writes its own files
+        results = workers_pool.imap_unordered(write_shard, order)
+    with workers_pool or contextlib.nullcontext():  # a failure stops the other workers
+        for n, job_sides, job_colour, job_counts in results:
+            bar.update(n)
+            sides += job_sides
+            colour += job_colour
+            if job_counts is not None:
+                counts += job_counts
     bar.close()
-
-
-def train_images():
-    """The prepared train images, one shard at a time (uint8 NxHxWxC)."""
-    import numpy as np
-
-    from stages.lib.shards import IMAGES
-
-    for path in sorted((OUT_DIR / "train").glob(f"{IMAGES}-*.npy")):
-        yield np.load(path, allow_pickle=False)
+    return (sides, colour), (counts if norm else None)
 
 
 @click.command()
@@ -117,7 +170,8 @@ def main(params_path):
     from the params file; `auto` image_size, channels, mean and std are chosen from the data
     (stages/lib/autoprep.py), one printed line per setting says what and why.
     """
-    from stages.lib.autoprep import check_norm, resolve_norm, resolve_shape
+    from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
+    from stages.lib.params import AUTO
     from stages.tasks import current
 
     source = Path(load("data", params_path).source)
@@ -126,14 +180,27 @@ def main(params_path):
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
     meta = task.prepare_meta(splits)
     task.encoder({**meta, "source": str(source)})  # fail here, not in a worker
-    image_size, channels, lines = resolve_shape(p, splits, source)
-    for text in lines:
-        click.echo(text)
+    workers = p.workers or cpu_count()
+    every = sum(len(r) for r in splits.values())
+    first = needs_headers_first(p)
+    if first:  # auto size/channels: from the headers, before any decode
+        sides, colour = read_headers(splits, source, workers)
+        image_size, channels, lines = choose_shape(p, sides, colour, every)
+        for text in lines:
+            click.echo(text)
+    else:
+        image_size, channels = p.image_size, p.channels
     check_norm(p, channels)
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
-    workers = p.workers or cpu_count()
-    write_shards(splits, params_path, meta, source, p, workers, image_size, channels)
-    mean, std, line = resolve_norm(p, channels, train_images)
+    # the workers decode, write, and bring back the facts for the hints and auto mean/std:
+    # the parent reads no file of the dataset (Amdahl: all that work on every core)
+    (sides, colour), counts = write_shards(splits, params_path, meta, source, p, workers,
+                                           image_size, channels, facts=not first,
+                                           norm=p.mean == AUTO)
+    if not first:
+        for text in choose_shape(p, sides, colour, every)[2]:
+            click.echo(text)
+    mean, std, line = resolve_norm(p, channels, counts=counts)
     click.echo(line)
     write_json(OUT_DIR / "meta.json", {
         **meta, "image_size": input_size(p, image_size), "channels": channels,

@@ -23,17 +23,22 @@ SIZE_MULTIPLE = 8
 GREY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 
 
+def grey_header(img) -> bool:
+    """From an opened image's header: a grey mode, or a palette of grey colours only."""
+    if img.mode in GREY_MODES:
+        return True
+    if img.mode in ("P", "PA"):
+        pal = img.getpalette() or []
+        return all(pal[i] == pal[i + 1] == pal[i + 2] for i in range(0, len(pal) - 2, 3))
+    return False
+
+
 def is_grey(path) -> bool:
     """From the header: a grey mode, or a palette of grey colours only."""
     from stages.lib.images import open_header
 
     with open_header(path) as img:
-        if img.mode in GREY_MODES:
-            return True
-        if img.mode in ("P", "PA"):
-            pal = img.getpalette() or []
-            return all(pal[i] == pal[i + 1] == pal[i + 2] for i in range(0, len(pal) - 2, 3))
-        return False
+        return grey_header(img)
 
 
 def shorter_side(path) -> int:
@@ -41,6 +46,14 @@ def shorter_side(path) -> int:
 
     with open_header(path) as img:
         return min(img.size)
+
+
+def header_facts(path) -> tuple[int, bool]:
+    """(shorter side, grey) from one header read."""
+    from stages.lib.images import open_header
+
+    with open_header(path) as img:
+        return min(img.size), grey_header(img)
 
 
 def auto_size(sides: list) -> int:
@@ -51,13 +64,29 @@ def auto_size(sides: list) -> int:
     return int(min(AUTO_SIZE_CAP, max(SIZE_MULTIPLE, rounded)))
 
 
+def needs_headers_first(p) -> bool:
+    """image_size or channels auto: the headers decide them before anything is decoded. With
+    both explicit, prepare's workers collect the same facts while decoding (for the hints)."""
+    return p.image_size == AUTO or p.channels == AUTO
+
+
 def resolve_shape(p, splits: dict, source: Path) -> tuple:
     """(image_size, channels, [one line per setting]) from the params and the split rows.
     Reads every image's header (nothing is decoded) so that an explicit value that differs from
-    what auto would choose gets a hint."""
+    what auto would choose gets a hint. (prepare itself gets these facts from its workers:
+    choose_shape.)"""
     train = splits.get("train") or [r for rows in splits.values() for r in rows]
     every = [r for rows in splits.values() for r in rows]
-    sides = sorted(shorter_side(source / r["path"]) for r in train)
+    sides = [shorter_side(source / r["path"]) for r in train]
+    colour = sum(not is_grey(source / r["path"]) for r in every)
+    return choose_shape(p, sides, colour, len(every))
+
+
+def choose_shape(p, sides: list, colour: int, total: int) -> tuple:
+    """(image_size, channels, lines) from the facts of the headers: the shorter sides of the
+    train images (of every image when there is no train split), and how many of all `total`
+    images are colour."""
+    sides = sorted(sides)
     size = auto_size(sides) if sides else SIZE_MULTIPLE
     why = (f"median shorter side of {len(sides)} train images is "
            f"{sides[(len(sides) - 1) // 2] if sides else 0} px, rounded to a multiple of "
@@ -68,10 +97,9 @@ def resolve_shape(p, splits: dict, source: Path) -> tuple:
         size_line = f"prepare.image_size: {p.image_size} (params.yaml)" + (
             "" if p.image_size == size else f"; auto would choose {size}: {why}")
         size = p.image_size
-    colour = sum(not is_grey(source / r["path"]) for r in every)
     channels = 3 if colour else 1
-    why = (f"{colour} of {len(every)} images are colour" if colour
-           else f"all {len(every)} images are grey")
+    why = (f"{colour} of {total} images are colour" if colour
+           else f"all {total} images are grey")
     if p.channels == AUTO:
         channels_line = f"prepare.channels: {channels} (auto: {why})"
     else:
@@ -91,27 +119,42 @@ def check_norm(p, channels: int) -> None:
                          f"both to auto")
 
 
-def resolve_norm(p, channels: int, train_images) -> tuple:
-    """(mean, std, line): the params' values, or the train split's (train_images(): an iterable
-    of uint8 NxHxWxC arrays) when auto."""
+def value_counts(x):
+    """(channels, 256) int64: how many pixels of each channel take each value, of a uint8
+    NxHxWxC array. Exact integers: counts of any shards in any order add up to the same."""
+    import numpy as np
+
+    channels = x.shape[-1]
+    counts = np.zeros((channels, 256), dtype=np.int64)
+    for start in range(0, len(x), 64):  # 64 images at a time: bincount widens to int64
+        flat = x[start:start + 64].reshape(-1, channels)
+        for c in range(channels):
+            counts[c] += np.bincount(flat[:, c], minlength=256)
+    return counts
+
+
+def resolve_norm(p, channels: int, train_images=None, counts=None) -> tuple:
+    """(mean, std, line): the params' values, or the train split's when auto, from `counts`
+    (value_counts summed over the train shards, as prepare's workers give them) or else from
+    train_images() (an iterable of uint8 NxHxWxC arrays)."""
     check_norm(p, channels)
     if p.mean != AUTO:
         return list(p.mean), list(p.std), (f"prepare.mean/std: {p.mean} / {p.std} "
                                            f"(params.yaml; auto uses the train split's)")
     import numpy as np
 
-    total = np.zeros(channels, dtype=np.int64)
-    squares = np.zeros(channels, dtype=np.int64)
-    n = 0
-    for x in train_images():
-        flat = x.reshape(-1, channels).astype(np.int64)
-        total += flat.sum(axis=0)
-        squares += (flat * flat).sum(axis=0)
-        n += len(flat)
+    if counts is None:
+        counts = np.zeros((channels, 256), dtype=np.int64)
+        for x in train_images():
+            counts = counts + value_counts(x)
+    values = np.arange(256, dtype=np.int64)
+    total = [int((counts[c] * values).sum()) for c in range(channels)]  # exact integers
+    squares = [int((counts[c] * values * values).sum()) for c in range(channels)]
+    n = int(counts[0].sum()) if channels else 0
     mean, std = [], []
     for c in range(channels):  # exact integers up to here; one division per value
-        m = int(total[c]) / (n * 255)
-        var = max(0.0, int(squares[c]) / (n * 255 * 255) - m * m)
+        m = total[c] / (n * 255)
+        var = max(0.0, squares[c] / (n * 255 * 255) - m * m)
         mean.append(round(m, 4))
         std.append(max(round(var ** 0.5, 4), 0.0001))  # a constant channel: never divide by 0
     return mean, std, (f"prepare.mean/std: {mean} / {std} (auto: per channel over "

@@ -221,8 +221,12 @@ def fit(img, image_size):
 def load_image(path, image_size, channels: int) -> np.ndarray:
     """Decode, convert to grey or RGB, and resize (fit) to the model input: uint8 HxWxC."""
     with Image.open(path) as img:
-        arr = fit(to_model_mode(img, channels), image_size)
-    return arr.reshape(*input_hw(image_size), channels)
+        return model_input(img, image_size, channels)
+
+
+def model_input(img, image_size, channels: int) -> np.ndarray:
+    """An opened image converted and resized (fit) to the model input: uint8 HxWxC."""
+    return fit(to_model_mode(img, channels), image_size).reshape(*input_hw(image_size), channels)
 
 
 def normalize(batch: np.ndarray, mean, std) -> np.ndarray:

@@ -41,9 +41,10 @@ def write_failed(path, exc: OSError) -> StageError | OSError:
     return exc
 
 
-def write_bytes(path, data: bytes) -> None:
+def write_bytes(path, data) -> None:
     """Write data to path atomically (temp file, fsync, rename); a full disk or an unwritable
-    folder is a StageError naming the path (write_failed)."""
+    folder is a StageError naming the path (write_failed). data: bytes, or a list of bytes-like
+    parts written one after the other (a header and an array's own memory: no joined copy)."""
     try:
         _write_bytes(Path(path), data)
     except OSError as exc:
@@ -55,7 +56,8 @@ def _write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for part in (data if isinstance(data, list) else [data]):
+                f.write(part)  # a buffered file writes all of it, or raises
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; outs get the usual permissions
