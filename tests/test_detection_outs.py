@@ -51,3 +51,40 @@ def test_parity_matches_degenerate_boxes_by_their_corners():
     assert match(flat, near, 0.99, corner_tol=0.01) == ([(0, 0)], 0)
     far = flat + np.array([[0.05, 0.0, 0.0, 0.0, 0.0, 0.0]])
     assert match(flat, far, 0.99, corner_tol=0.01) == ([], 2)
+
+
+def test_train_reruns_and_kill_9_resume_are_bit_identical(detection_project, tmp_path):
+    """Two epochs of the tiny run: a second fresh train writes the same model.pt bytes, and so
+    does a train killed with SIGKILL in epoch 2 then resumed from epoch 1's checkpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, copy_run
+
+    run = copy_run(detection_project, tmp_path / "resume")
+    params = yaml.safe_load((run / "params.yaml").read_text())
+    params["train"]["epochs"] = 2
+    (run / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+    def train(keep=False, **hooks):
+        for path in (run / "models/checkpoints").glob("*.pt"):
+            if not keep:
+                path.unlink()
+        env = {**os.environ, "PYTHONPATH": str(ROOT),
+               **{f"PIPELINE_TEST_{k}": str(v) for k, v in hooks.items()}}
+        proc = subprocess.run([sys.executable, "-m", "stages.train"], cwd=run, env=env,
+                              capture_output=True, text=True)
+        return proc, (run / "models/model.pt").read_bytes()
+
+    first, want = train()
+    assert first.returncode == 0, first.stderr
+    again, same = train()
+    assert again.returncode == 0 and same == want
+    killed, _ = train(KILL_AT_STEP=6)  # 28 train images, batch 8: 4 steps an epoch
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed, got = train(keep=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from models/checkpoints/last.pt" in resumed.stdout
+    assert got == want
