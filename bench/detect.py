@@ -1,17 +1,18 @@
 """Detection throughput, each against a baseline measured in the same run:
 
-1. the train stage's loop (stages.train.fit with the detection task: per-sample augmentation
-   moving boxes, NaN checks, LR schedule) against a bare loop of the same model (forward, loss,
-   backward, step on the same batches, no augmentation): images/s and their ratio (target >=
-   0.95 when augmentation is off: --no-aug);
+1. the train stage's loop (stages.train.fit with the detection task and the built-in sample's
+   params: per-sample augmentation moving boxes, NaN checks, LR schedule) against a bare loop of
+   the same model (forward, loss, backward, step on the same samples, no augmentation). The two
+   take turns step by step (bench/paired.py), so this machine's drifting speed hits both alike;
+   the first epoch is warm-up. Prints images/s of each and the ratio stage/bare (target >= 0.95;
+   --no-aug switches the stage's augmentation off too, to see the loop's own overhead);
 2. inference of the exported ONNX graph in onnxruntime against PyTorch eager, same images,
    same batch size: images/s and their ratio.
 
-The images are the built-in sample's (drawn in memory), at the sample's params. The two loops
-alternate epoch by epoch, so a drifting machine hits both alike; the first epoch of each is
-warm-up. Prints `uptime`'s load so a reader can judge the machine.
+The images are the built-in sample's (drawn in memory), at the sample's params. Prints
+`uptime`'s load so a reader can judge the machine.
 
-    python bench/detect.py [--images 128] [--epochs 3] [--no-aug]
+    python bench/detect.py [--images 128] [--epochs 2] [--no-aug]
 """
 import sys
 
@@ -30,24 +31,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 @click.command()
 @click.option("--images", default=128, show_default=True, help="Train images (in memory).")
-@click.option("--epochs", default=3, show_default=True, help="Timed epochs per loop (+1 warm-up).")
+@click.option("--epochs", default=2, show_default=True, help="Timed epochs (+1 warm-up).")
 @click.option("--no-aug", is_flag=True, help="Augmentation off in the stage's loop too.")
 @click.option("--threads", default=2, show_default=True)
 def main(images, epochs, no_aug, threads):
     import numpy as np
     import torch
 
+    from bench.paired import paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import draw
-    from stages.train import fit, setup
+    from stages.train import make_optimizer, set_deterministic, setup
 
     torch.set_num_threads(threads)
     sp = Detection.sample_params
     train = {k.split(".", 1)[1]: v for k, v in sp.items() if k.startswith("train.")}
-    p = Train(**{**train, "epochs": epochs + 1})
+    p = Train(**{**train, "epochs": epochs + 1, "warmup_epochs": 0})
     if no_aug:
-        p = dataclasses.replace(p, aug_hflip=0.0, aug_crop_scale=1.0)
+        p = dataclasses.replace(p, aug_hflip=0.0, aug_crop_scale=1.0, aug_jitter=0.0)
     pixels, targets = [], []
     for i in range(images):
         img, boxes = draw(i)
@@ -60,36 +62,25 @@ def main(images, epochs, no_aug, threads):
     y = torch.from_numpy(np.stack(targets))
     meta = {"classes": ["circle", "square", "triangle"], "max_boxes": 8, "channels": 3}
 
+    set_deterministic(p.deterministic)
     run = setup(p, meta, TASK)
-    bare = TASK.build_model(p.model, meta)
-    opt = torch.optim.AdamW(bare.parameters(), lr=p.lr)
-    stage_s, bare_s = [], []
-    for epoch in range(epochs + 1):
-        run["state"]["epoch"], run["state"]["batch"] = epoch, 0
-        p_one = dataclasses.replace(p, epochs=epoch + 1)
+    torch.manual_seed(p.seed)
+    bare = TASK.build_model(p.model, meta).train()
+    opt = make_optimizer(p, bare)
+
+    def bare_step(idx) -> float:
         tic = time.perf_counter()
-        fit(p_one, run, (x, y, x[:32], y[:32]))
-        stage = time.perf_counter() - tic
-        tic = time.perf_counter()
-        bare.train()
-        order = torch.randperm(images, generator=torch.Generator().manual_seed(epoch))
-        for b in range(0, images, p.batch_size):
-            idx = order[b:b + p.batch_size]
-            loss = TASK.loss(bare(x[idx]), y[idx], p)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        bare.eval()
-        with torch.no_grad():  # the stage validates each epoch: so does the baseline
-            TASK.val_sums(bare(x[:32]), y[:32])
-        bare_t = time.perf_counter() - tic
-        if epoch:
-            stage_s.append(stage)
-            bare_s.append(bare_t)
-    n = images * epochs
-    print(f"train: stage loop {n / sum(stage_s):.1f} img/s, bare loop {n / sum(bare_s):.1f} "
-          f"img/s, ratio {sum(bare_s) / sum(stage_s):.3f} (augmentation "
-          f"{'off' if no_aug else 'on'} in the stage loop, off in the bare loop)")
+        loss = TASK.loss(bare(x[idx]), y[idx], p)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return time.perf_counter() - tic
+
+    steps = paired_fit(p, run, (x, y, x[:32], y[:32]), bare_step)
+    stage, bare_rate = rates(steps[1:])
+    print(f"train: {p.model}, batch {p.batch_size}, 160 px, {images} images, {epochs} timed "
+          f"epochs; stage loop {stage:.1f} img/s (augmentation {'off' if no_aug else 'on'}), "
+          f"bare loop {bare_rate:.1f} img/s, ratio {stage / bare_rate:.3f} (target >= 0.95)")
 
     import onnxruntime as ort
 

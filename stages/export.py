@@ -372,7 +372,7 @@ def main(params_path):
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
     origin = provenance(params_path, task)
-    blob = onnx_bytes(exported, meta, task, origin)
+    blob = onnx_bytes(exported, meta, task, {**task.export_metadata(params_path), **origin})
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})
     metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b, threads) for b in batches},

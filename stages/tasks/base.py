@@ -169,6 +169,11 @@ class Task:
         decides itself; an item fails when it disagrees."""
         return None
 
+    def export_metadata(self, params_path) -> dict:
+        """Extra ONNX metadata of the task's (detection: the decoding's score and NMS
+        thresholds), JSON-encoded like the rest. Default: none."""
+        return {}
+
     def describe(self, outputs_row) -> str:
         """One item's decision, for the parity gate's message."""
         return ""

@@ -5,6 +5,7 @@ from stages.tasks.detection import checks
 
 MIN_SCORE = 0.001  # detections below this never count (mAP is computed over the rest)
 SCORE_TOL = 0.01  # export parity: matched detections' scores may differ by this much
+CORNER_TOL = 0.01  # export parity: boxes whose corners agree within this many pixels match
 
 
 class Detection(Task):
@@ -23,8 +24,8 @@ class Detection(Task):
         "data.source": "data/sample", "prepare.image_size": 160, "prepare.channels": 3,
         "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
         "split.by": "given", "validate.near_dup_distance": -1,
-        "train.model": "centernet_small", "train.epochs": 40, "train.batch_size": 32,
-        "train.lr": 0.004, "train.warmup_epochs": 1, "train.aug_hflip": 0.5,
+        "train.model": "centernet_small", "train.epochs": 25, "train.batch_size": 16,
+        "train.lr": 0.003, "train.warmup_epochs": 1, "train.aug_hflip": 0.5,
         "train.aug_crop_scale": 0.6, "train.best_metric": "val_metric",
         "export.atol": 0.001, "export.rtol": 0.001,
     }
@@ -81,6 +82,21 @@ class Detection(Task):
             return "no label file (validate.require_labels is true)"
         return "; ".join(f"{'line ' if isinstance(at, int) else ''}{at}: {why}"
                          for at, why in self._found.get(check, {}).get(row["path"], []))
+
+    def dataset_metrics(self, usable):
+        """metrics/validation.json: `images_per_class` (images holding at least one box of
+        each class; per_class counts boxes), `boxes` and `background_images` (no box)."""
+        from collections import Counter
+
+        images, boxes, background = Counter(), 0, 0
+        for r in usable:
+            labels = [b[1] for b in checks.boxes_of(r)
+                      if b[1] != "!" and not str(b[1]).startswith("#")]
+            images.update(set(labels))
+            boxes += len(labels)
+            background += not labels
+        return {"images_per_class": dict(sorted(images.items())), "boxes": boxes,
+                "background_images": background}
 
     def label_counts(self, rows):
         from collections import Counter
@@ -157,7 +173,8 @@ class Detection(Task):
     def parity(self, reference, candidate, params_path):
         """Per image: (max |difference| of the matched detections' boxes and scores, whether
         they agree). Every detection at or above evaluate.score_threshold on either side must
-        match one on the other side (IoU >= 0.99, same class, score within SCORE_TOL; the
+        match one on the other side (IoU >= 0.99 or every corner within CORNER_TOL pixels, as
+        a degenerate box has no IoU; same class, score within SCORE_TOL; the
         other side's list is taken down to threshold - SCORE_TOL, so a score that rounds
         across the threshold does not fail). An unmatched detection is an infinite
         difference. The same decoding (threshold, NMS) as evaluate, predict and serve."""
@@ -174,7 +191,7 @@ class Detection(Task):
             worst = 0.0
             for strict, other in ((detections(a, t), detections(b, loose)),
                                   (detections(b, t), detections(a, loose))):
-                pairs, _ = match(strict, other, 0.99)
+                pairs, _ = match(strict, other, 0.99, CORNER_TOL)
                 if len(pairs) < len(strict):
                     agree[k], worst = False, np.inf
                     break
@@ -185,6 +202,16 @@ class Detection(Task):
                     agree[k] &= bool(gap[:, 4].max() <= SCORE_TOL)
             diff[k] = worst
         return diff, agree
+
+    def export_metadata(self, params_path):
+        """The decoding a consumer of the ONNX graph applies to its N x K x 6 rows: keep
+        scores >= score_threshold (evaluate.score_threshold, also predict's and serve's
+        default), then class-wise NMS at nms_iou."""
+        from stages.lib.params import load
+        from stages.tasks.detection.boxes import NMS_IOU
+
+        return {"score_threshold": load("evaluate", params_path).score_threshold,
+                "nms_iou": NMS_IOU}
 
     def describe(self, outputs_row):
         from stages.tasks.detection.boxes import detections

@@ -42,12 +42,18 @@ def detections(rows: np.ndarray, score_threshold: float, iou: float = NMS_IOU) -
     return rows[nms(rows[:, :4], rows[:, 4], rows[:, 5].astype(np.int64), iou)]
 
 
-def match(reference: np.ndarray, candidate: np.ndarray, min_iou: float):
+def match(reference: np.ndarray, candidate: np.ndarray, min_iou: float,
+          corner_tol: float = 0.0):
     """One-to-one greedy matching of two detection lists (D x 6) of one image: same class,
-    IoU >= min_iou, best reference score first. (pairs [(i, j)], unmatched count)."""
+    IoU >= min_iou, best reference score first. (pairs [(i, j)], unmatched count).
+    corner_tol > 0: two boxes whose corners all differ by at most that many pixels match too
+    (IoU says nothing about a degenerate box: a zero-height box has IoU 0 with itself)."""
     if not len(reference) or not len(candidate):
         return [], len(reference) + len(candidate)
     overlaps = iou_matrix(reference[:, :4], candidate[:, :4])
+    if corner_tol > 0:
+        gap = np.abs(reference[:, None, :4].astype(np.float64) - candidate[None, :, :4])
+        overlaps = np.where(gap.max(axis=2) <= corner_tol, np.maximum(overlaps, 1.0), overlaps)
     used, pairs = set(), []
     for i in np.argsort(-reference[:, 4], kind="stable").tolist():
         best, best_iou = -1, min_iou
