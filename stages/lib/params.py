@@ -240,6 +240,10 @@ class Export:
     # PyTorch (accuracy: 0.01 = 1 point; a lower-is-better metric may rise by this much)
     max_metric_drop: float = knob(0.01, at_least=0.0)
     calibration_samples: int = knob(256, at_least=1)  # onnx_int8: seeded train images
+    # a task whose model takes any input width (ocr): widths (px, ascending, at most the
+    # trained width) predict and serve run each input at (the smallest that holds it, else the
+    # largest), parity checked at each; [] = the trained width only
+    width_buckets: list[int] = knob([])
 
     def problems(self) -> list[str]:
         from stages.lib.formats import FORMATS
@@ -250,6 +254,10 @@ class Export:
                     f"{', '.join(FORMATS)}"]
         if len(set(self.formats)) != len(self.formats):
             return [f"export.formats lists a format twice: {self.formats}"]
+        if any(w < 1 for w in self.width_buckets) or self.width_buckets != sorted(
+                set(self.width_buckets)):
+            return [f"export.width_buckets must be positive widths in ascending order, each "
+                    f"once: {self.width_buckets}"]
         return []
 
 
