@@ -69,7 +69,7 @@ def test_predict_beam_through_the_cli(ocr_project, lines, tmp_path):
     for name in names:
         assert (default[name]["text"], default[name]["confidence"]) == want_greedy[name]
         assert (got[name]["text"], got[name]["confidence"]) == want_beam[name], name
-        assert 0 < got[name]["confidence"] <= 1 and not got[name]["error"]
+        assert 0 <= got[name]["confidence"] <= 1 and not got[name]["error"]
     proc = predict(folder, ".", "--model", model, "--out", "-", "--beam", "0")
     assert proc.returncode == 2 and "--beam" in proc.stderr
 

@@ -48,6 +48,11 @@ def _logaddexp(a: float, b: float) -> float:
     return m + math.log1p(math.exp(-abs(a - b)))
 
 
+def _add(grown: dict, prefix, b: float, nb: float) -> None:
+    ob, onb = grown.get(prefix, (NEG_INF, NEG_INF))
+    grown[prefix] = (_logaddexp(ob, b), _logaddexp(onb, nb))
+
+
 def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]:
     """CTC prefix beam search over one line's T x C log-probabilities (class 0 the blank):
     (the most probable labelling the beam found, its log-probability log P(labelling | line)).
@@ -68,15 +73,11 @@ def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]
     for frame in np.asarray(logp, dtype=np.float64):
         blank, scores = float(frame[0]), frame[1:]
         grown = {}
-
-        def add(prefix, b, nb):
-            ob, onb = grown.get(prefix, (NEG_INF, NEG_INF))
-            grown[prefix] = (_logaddexp(ob, b), _logaddexp(onb, nb))
-
         for prefix, (pb, pnb) in beams.items():
             total = _logaddexp(pb, pnb)
             last = prefix[-1] if prefix else None
-            add(prefix, total + blank, pnb + float(scores[last - 1]) if last else NEG_INF)
+            _add(grown, prefix, total + blank,
+                 pnb + float(scores[last - 1]) if last else NEG_INF)
             ext = total + scores
             if last:
                 ext = ext.copy()
@@ -89,7 +90,7 @@ def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]
                 best = range(labels)
             for c in sorted(best):
                 if ext[c] > NEG_INF:
-                    add((*prefix, c + 1), NEG_INF, float(ext[c]))
+                    _add(grown, (*prefix, c + 1), NEG_INF, float(ext[c]))
         ranked = sorted(grown.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
         beams = dict(ranked[:width])
     prefix, (pb, pnb) = min(beams.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
@@ -107,8 +108,8 @@ def beam(logits: np.ndarray, charset, width: int) -> list[tuple[str, float]]:
     Width 1 is the greedy decoder itself, so `--beam 1` is exactly the default (a width-1 prefix
     search is not best-path decoding: it sums paths, and can pick another text than greedy).
     confidence (width >= 2): P(text | line), the probability the model gives the whole text,
-    summed over the CTC paths the beam kept (a lower bound of the exact sum), rounded to 6
-    places. It is a line-level probability, not greedy's per-frame mean: a line the model is
+    summed over the CTC paths the beam kept (a lower bound of the exact sum), to 6 significant
+    digits. It is a line-level probability, not greedy's per-frame mean: a line the model is
     sure of scores near 1 under both, an uncertain one lower under beam."""
     if width < 1:
         raise ValueError(f"beam width must be >= 1, got {width}")
@@ -117,7 +118,7 @@ def beam(logits: np.ndarray, charset, width: int) -> list[tuple[str, float]]:
     out = []
     for line in log_softmax(logits):
         codes, logprob = prefix_search(line, width)
-        out.append(("".join(charset[i - 1] for i in codes), round(math.exp(logprob), 6)))
+        out.append(("".join(charset[i - 1] for i in codes), float(f"{math.exp(logprob):.6g}")))
     return out
 
 
