@@ -1,6 +1,7 @@
 """Export models/model.pt to a single-file ONNX model and prove it agrees with PyTorch.
 
-The ONNX graph has a dynamic batch axis, input `input` and the task's outputs (classification:
+The ONNX graph has a dynamic batch axis (and a dynamic width axis where the task's model takes
+any width, Task.dynamic_width), input `input` and the task's outputs (classification:
 `logits`). Its metadata (every value JSON-encoded) carries what a consumer needs to feed it:
 `task`, the task's keys (classification: `classes`, in output order), `image_size`, `channels`,
 `mean`, `std`, and where it came from: `code_sha256`,
@@ -9,7 +10,8 @@ file (it would change the bytes of a DVC-cached out with every commit, so `dvc r
 reproduce dvc.lock); it goes to the run record logs/export.json.
 
 Parity gate: the test images (or the first `export.parity_samples`) go through PyTorch and
-through onnxruntime at batch size 1 and at `export.parity_batch`. An image fails when its largest
+through onnxruntime at batch size 1 and at `export.parity_batch` (with `export.width_buckets`,
+again with the images cut or padded to each bucket width). An image fails when its largest
 output difference exceeds `atol + rtol * max|PyTorch output|` or the task's decision differs
 (classification: the top-1 class); then the stage fails naming the worst image and writes no
 model file.
