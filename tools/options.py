@@ -59,7 +59,7 @@ _MODEL_OPTIONS = [
                  help="Models that decode a sequence (text recognition): CTC prefix beam "
                       "search keeping the K most probable prefixes per frame, instead of the "
                       "default greedy best path; K=1 is greedy. Its confidence is P(text | "
-                      "image), summed over the paths the beam kept. Slower (about 5 ms a line "
+                      "image), summed over the paths the beam kept. Slower (5-10 ms a line "
                       "at K=5). Refused for a model whose task has no beam search."),
 ]
 
