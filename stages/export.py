@@ -18,6 +18,7 @@ model file.
 
 Test hook (stages/lib/hooks.py): EXPORT_MEAN_SHIFT.
 """
+import dataclasses
 import json
 from pathlib import Path
 
@@ -65,6 +66,8 @@ def provenance(params_path, task) -> dict:
         del sections["export"][key]
     if not sections["export"]["width_buckets"]:  # the default: hashed as before it existed
         del sections["export"]["width_buckets"]
+    if not sections["prepare"]["width_buckets"]:
+        del sections["prepare"]["width_buckets"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
     return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
@@ -92,10 +95,19 @@ class AtWidth:
                                            + [(0, self.width - have)], mode="edge"))
 
 
+def listed_buckets(p, meta) -> list[int]:
+    """export.width_buckets, or when empty the buckets prepare.width_buckets trained with
+    (meta.json's width_buckets, the trained width last): one list drives prepare, train,
+    evaluate, export, predict and serve unless export names its own."""
+    return list(p.width_buckets or meta.get("width_buckets", []))
+
+
 def bucket_widths(p, task, meta) -> list[int]:
-    """export.width_buckets other than the trained width, checked against the task's model."""
+    """export.width_buckets (or prepare's) other than the trained width, checked against the
+    task's model."""
     from stages.lib.images import input_hw
 
+    p = dataclasses.replace(p, width_buckets=listed_buckets(p, meta))
     if not p.width_buckets:
         return []
     if not task.dynamic_width:
@@ -420,7 +432,7 @@ def main(params_path):
     exported = with_test_hook(model)
     origin = provenance(params_path, task)
     widths = bucket_widths(p, task, meta)
-    extra = {"width_buckets": p.width_buckets} if task.dynamic_width else {}
+    extra = {"width_buckets": listed_buckets(p, meta)} if task.dynamic_width else {}
     blob = onnx_bytes(exported, meta, task, {**origin, **extra})
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})

@@ -35,13 +35,34 @@ def input_size(p, image_size):
     return [p.height, p.width] if p.height else image_size
 
 
-def init_worker(params_path, meta, source, image_size, channels):
+def buckets(p) -> list[int]:
+    """Every width bucket (prepare.width_buckets, then prepare.width); [] = off."""
+    return [*p.width_buckets, p.width] if p.width_buckets else []
+
+
+def init_worker(params_path, meta, source, image_size, channels, width_buckets=()):
     from stages.tasks import current
 
     task = current(params_path)
     _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
-                   source=Path(source),
+                   source=Path(source), width_buckets=list(width_buckets),
                    image_size=image_size, channels=channels)
+
+
+def line_buckets(rows, source: Path, image_size, width_buckets):
+    """uint16 bucket width of each row's line: the smallest bucket holding the line as fit
+    scales it (its header size; fit pads the rest of the record with the pad value, so the
+    record cut at its bucket is exactly the line fitted to that width)."""
+    import numpy as np
+    from PIL import Image
+
+    from stages.lib.images import bucket_of, line_width
+
+    out = np.empty(len(rows), dtype=np.uint16)
+    for i, r in enumerate(rows):
+        with Image.open(source / r["path"]) as img:
+            out[i] = bucket_of(line_width(img.size, image_size), width_buckets)
+    return out
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels):
@@ -62,7 +83,7 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels):
 
 def write_shard(job) -> int:
     """Decode one shard's rows and write its two files; the number of samples."""
-    from stages.lib.shards import IMAGES, TARGETS, save_npy, shard_name
+    from stages.lib.shards import IMAGES, TARGETS, WIDTHS, save_npy, shard_name
 
     split, k, rows = job
     w = _WORKER
@@ -70,6 +91,9 @@ def write_shard(job) -> int:
                          w["channels"])
     save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
     save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
+    if w["width_buckets"]:
+        save_npy(OUT_DIR / split / shard_name(WIDTHS, k),
+                 line_buckets(rows, w["source"], w["image_size"], w["width_buckets"]))
     return len(rows)
 
 
@@ -81,7 +105,7 @@ def write_shards(splits, params_path, meta, source, p, workers: int, image_size:
     jobs = [(name, k, rows[start:start + p.shard_size])
             for name, rows in splits.items()
             for k, start in enumerate(range(0, len(rows), p.shard_size))]
-    init = (params_path, meta, str(source), input_size(p, image_size), channels)
+    init = (params_path, meta, str(source), input_size(p, image_size), channels, buckets(p))
     total = sum(len(r) for r in splits.values())
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
     if workers == 1 or len(jobs) <= 1:
@@ -139,6 +163,7 @@ def main(params_path):
         **meta, "image_size": input_size(p, image_size), "channels": channels,
         "mean": mean, "std": std, "counts": {n: len(r) for n, r in splits.items()},
         "shard_size": p.shard_size,
+        **({"width_buckets": buckets(p)} if p.width_buckets else {}),
     })
     click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "
                f"({workers} worker{'s' if workers > 1 else ''})")
