@@ -110,7 +110,7 @@ def bucketed(ocr_project, tmp_path_factory):
     run = copy_run(ocr_project, tmp_path_factory.mktemp("trainbuckets") / "run")
     set_params(run, **{"prepare.width_buckets": BUCKETS, "train.epochs": 2,
                        "train.checkpoint_every_steps": 2})
-    for stage in ("prepare", "train"):
+    for stage in ("prepare", "train", "evaluate"):
         proc = run_stage(stage, cwd=run)
         assert proc.returncode == 0, proc.stderr
     return run
@@ -158,3 +158,34 @@ def test_killed_mid_epoch_resumes_to_the_same_model(bucketed, tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from models/checkpoints/last.pt" in resumed.stdout, resumed.stdout
     assert (run / "models/model.pt").read_bytes() == (bucketed / "models/model.pt").read_bytes()
+
+
+def test_evaluate_runs_each_line_at_its_bucket(bucketed):
+    """evaluate's text for a line is the model's at that line's bucket width (what predict and
+    export's parity at that width run), and it says how many lines ran at each width."""
+    import json
+
+    import torch
+
+    from stages.lib.images import load_processed
+    from stages.lib.io import read_csv
+    from stages.lib.models import load_model
+    from stages.lib.shards import load_widths
+    from stages.tasks.ocr.ctc import greedy
+
+    root = bucketed / "data/processed"
+    metrics = json.loads((bucketed / "metrics/eval.json").read_text())
+    widths = load_widths("test", root)
+    assert metrics["width_buckets"] == {str(w): int((widths == w).sum()) for w in ALL
+                                        if (widths == w).any()}
+    model, meta = load_model(bucketed / "models/model.pt")
+    model.eval()
+    x, _, _ = load_processed("test", root)
+    texts = []
+    with torch.no_grad():
+        for i in range(len(x)):
+            xi = np.ascontiguousarray(x[i:i + 1][..., :int(widths[i])])
+            texts.append(greedy(model(torch.from_numpy(xi)).numpy(), meta["charset"])[0][0])
+    rows = {r["path"]: r for r in read_csv(bucketed / "plots/eval/predictions.csv")}
+    paths = [r["path"] for r in read_csv(bucketed / "data/split/test.csv")]
+    assert [rows[p]["predicted"] for p in paths] == texts

@@ -50,6 +50,12 @@ class Task:
     # multiple of n (ocr's CRNN: 4, one output frame per 4 columns); its ONNX graph gets a
     # dynamic width axis, and export.width_buckets may list the widths predict and serve use
     dynamic_width = 0
+
+    def pad_outputs(self, outputs, frames: int):
+        """A dynamic-width model's outputs (numpy N x T x ...) of lines run at a narrower width
+        bucket, extended to `frames` along the width axis with outputs that decode to nothing,
+        so evaluate can stack every bucket's lines in one array (prepare.width_buckets)."""
+        raise NotImplementedError(f"task {self.name} has no width buckets")
     agreement_name = "agreement"  # metrics/export.json key: share of items whose decision agrees
     headline_metric = ""  # the metrics/eval.json key a reader looks at first
     # {dotted params key: value} the built-in sample needs besides `task` and `data.source`

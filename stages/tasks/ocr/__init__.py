@@ -16,6 +16,16 @@ class OCR(Task):
     output_names = ("logits",)  # N x T x (1 + len(charset)); class 0 is the CTC blank
     dynamic_width = 4  # the CRNN's stride (checks.STRIDE): T = width / 4 frames, any width
     agreement_name = "text_agreement"
+
+    def pad_outputs(self, outputs, frames):
+        """Blank frames (probability 1: logit 0 for the blank, -inf for every character): the
+        greedy text is the bucket width's; only an empty line's confidence counts them."""
+        import numpy as np
+
+        pad = np.full((len(outputs), frames - outputs.shape[1], outputs.shape[2]), -np.inf,
+                      dtype=outputs.dtype)
+        pad[..., 0] = 0.0
+        return np.concatenate([outputs, pad], axis=1)
     headline_metric = "cer"
     # The params the built-in sample needs besides `task: ocr` and `data.source`.
     sample_params = {
