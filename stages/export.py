@@ -97,8 +97,8 @@ class AtWidth:
 
 def listed_buckets(p, meta) -> list[int]:
     """export.width_buckets, or when empty the buckets prepare.width_buckets trained with
-    (meta.json's width_buckets, the trained width last): one list drives prepare, train,
-    evaluate, export, predict and serve unless export names its own."""
+    (the model's width_buckets, from meta.json, the trained width last): one list drives
+    prepare, train, evaluate, export, predict and serve unless export names its own."""
     return list(p.width_buckets or meta.get("width_buckets", []))
 
 

@@ -676,8 +676,9 @@ def main(params_path):
         probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
         model, merge_diff = finetune.merged(run["model"], p, probe)
         keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
+        buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
         save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
-                                  "task": task.name})
+                                  "task": task.name, **buckets})
         history, best = run["state"]["history"], run["state"]["best"]
         last = history[-1]
         metric = f"val_{task.val_metric}"

@@ -189,3 +189,22 @@ def test_evaluate_runs_each_line_at_its_bucket(bucketed):
     rows = {r["path"]: r for r in read_csv(bucketed / "plots/eval/predictions.csv")}
     paths = [r["path"] for r in read_csv(bucketed / "data/split/test.csv")]
     assert [rows[p]["predicted"] for p in paths] == texts
+
+
+def test_export_defaults_to_prepares_buckets(bucketed, tmp_path):
+    """export.width_buckets: [] takes the model's (prepare's) list: parity at each bucket width,
+    the list in the ONNX metadata for predict and serve."""
+    import json
+
+    import onnx
+
+    run = copy_run(bucketed, tmp_path / "run")
+    proc = run_stage("export", cwd=run)
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((run / "metrics/export.json").read_text())
+    assert sorted(metrics["widths"], key=int) == ["96", "144"]  # 192: the main check
+    for width in ("96", "144"):
+        assert metrics["widths"][width]["text_agreement"] == 1.0
+    proto = onnx.load(str(run / "models/model.onnx"))
+    props = {p.key: json.loads(p.value) for p in proto.metadata_props}
+    assert props["width_buckets"] == ALL
