@@ -208,3 +208,10 @@ def test_export_defaults_to_prepares_buckets(bucketed, tmp_path):
     proto = onnx.load(str(run / "models/model.onnx"))
     props = {p.key: json.loads(p.value) for p in proto.metadata_props}
     assert props["width_buckets"] == ALL
+
+
+def test_torch_backend_runs_lines_at_prepares_buckets(bucketed):
+    from tools.inference import load_torch
+
+    model = load_torch(bucketed / "models/model.pt")
+    assert model.width_buckets == ALL

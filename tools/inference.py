@@ -298,6 +298,7 @@ def load_torch(path, threads: int = 0) -> Model:
     return Model("torch", path.name, sha256=sha256_file(path), runner=run,
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
                  task=task, meta={k: meta[k] for k in task.meta_keys},
+                 width_buckets=meta.get("width_buckets", []),  # prepare.width_buckets' list
                  **{k: meta[k] for k in META_KEYS})
 
 
