@@ -148,7 +148,13 @@ def test_killed_mid_epoch_resumes_to_the_same_model(bucketed, tmp_path):
     run = copy_run(bucketed, tmp_path / "run")
     for path in (run / "models").rglob("*.pt"):
         path.unlink()
-    os.environ[env_name("KILL_AT_STEP")] = "7"  # in epoch 2, past its first checkpoint
+    from stages.lib.shards import load_widths
+
+    widths = load_widths("train", run / "data/processed")
+    steps = len(bucket_batches(len(widths), widths, 32, 0, 1))  # epoch 2's batches
+    assert steps >= 4
+    kill = steps + 3  # mid epoch 2, past a checkpoint of epoch 2 (one every 2 steps)
+    os.environ[env_name("KILL_AT_STEP")] = str(kill)
     try:
         killed = run_stage("train", cwd=run)
     finally:
