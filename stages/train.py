@@ -239,6 +239,9 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
 
     data = (x_train, y_train, x_val, y_val): tensors, or the indexable views of
     stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
+    run["widths"] (optional; prepare.width_buckets): (train, val) numpy bucket widths per
+    sample: each batch holds one bucket, cut to its width (stages/lib/augment.py
+    bucket_batches), and validation runs each bucket at its width;
     on_epoch(record, perf) after each epoch;
     on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
     "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
