@@ -32,9 +32,9 @@ def main(params_path):
     """
     p = load("evaluate", params_path)
     from stages.lib.images import load_processed
-    from stages.lib.models import load_model, no_weights, predict_logits
+    from stages.lib.models import load_model, no_weights, predict_bucketed, predict_logits
     from stages.lib.provenance import run_record, write_run_record
-    from stages.lib.shards import View, images_view
+    from stages.lib.shards import View, images_view, load_widths
     from stages.tasks import current
 
     from stages.lib.cores import stage_threads
@@ -48,7 +48,13 @@ def main(params_path):
         raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
                          f"{len(y)} test images: run `dvc repro` to rebuild them.")
     y = y[:]  # the targets (small: one per image); the pixels stay in the memory-mapped shards
-    outputs = predict_logits(model, x, p.batch_size)  # normalised batch by batch
+    widths = load_widths("test")  # prepare.width_buckets: each line at its bucket width
+
+    def logits(m, x=x):
+        return (predict_logits(m, x, p.batch_size) if widths is None  # normalised per batch
+                else predict_bucketed(m, x, widths, task, p.batch_size))
+
+    outputs = logits(model)
     images = images_view("test")  # uint8, what the model saw
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
@@ -62,10 +68,15 @@ def main(params_path):
         # the same pixels, normalised as that model was trained (prepare.mean/std: auto moves
         # a little when images are added)
         old_x = View(x.split, x.kind, old_meta["mean"], old_meta["std"])
-        old_metrics = task.evaluate(predict_logits(old, old_x, p.batch_size), y, paths, images,
-                                    old_meta, p)[0]
+        old_metrics = task.evaluate(logits(old, old_x), y, paths, images, old_meta, p)[0]
         metrics = {**metrics, "compare_with": {"model": p.compare_with, **old_metrics}}
         summary += f"; {p.compare_with} on the same test set: see compare_with in {METRICS}"
+    if widths is not None:  # how many test lines ran at each width
+        metrics = {**metrics, "width_buckets": {
+            str(w): int((widths == w).sum()) for w in sorted(set(widths.tolist()))}}
+        summary += (f"; each line run at its width bucket ("
+                    f"{', '.join(f'{w}: {n}' for w, n in metrics['width_buckets'].items())} "
+                    f"lines)")
     write_json(METRICS, metrics)
     tmp = DETAILS.with_name(DETAILS.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

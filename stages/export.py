@@ -1,6 +1,7 @@
 """Export models/model.pt to a single-file ONNX model and prove it agrees with PyTorch.
 
-The ONNX graph has a dynamic batch axis, input `input` and the task's outputs (classification:
+The ONNX graph has a dynamic batch axis (and a dynamic width axis where the task's model takes
+any width, Task.dynamic_width), input `input` and the task's outputs (classification:
 `logits`). Its metadata (every value JSON-encoded) carries what a consumer needs to feed it:
 `task`, the task's keys (classification: `classes`, in output order), `image_size`, `channels`,
 `mean`, `std`, and where it came from: `code_sha256`,
@@ -9,13 +10,15 @@ file (it would change the bytes of a DVC-cached out with every commit, so `dvc r
 reproduce dvc.lock); it goes to the run record logs/export.json.
 
 Parity gate: the test images (or the first `export.parity_samples`) go through PyTorch and
-through onnxruntime at batch size 1 and at `export.parity_batch`. An image fails when its largest
+through onnxruntime at batch size 1 and at `export.parity_batch` (with `export.width_buckets`,
+again with the images cut or padded to each bucket width). An image fails when its largest
 output difference exceeds `atol + rtol * max|PyTorch output|` or the task's decision differs
 (classification: the top-1 class); then the stage fails naming the worst image and writes no
 model file.
 
 Test hook (stages/lib/hooks.py): EXPORT_MEAN_SHIFT.
 """
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,10 +64,66 @@ def provenance(params_path, task) -> dict:
     sections = {s: dataclasses.asdict(load(s, params_path)) for s in PROVENANCE_PARAMS}
     for key in FORMAT_KEYS:
         del sections["export"][key]
+    if not sections["export"]["width_buckets"]:  # the default: hashed as before it existed
+        del sections["export"]["width_buckets"]
+    if not sections["prepare"]["width_buckets"]:
+        del sections["prepare"]["width_buckets"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
     return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
             "params_sha256": params_hash(params), "model_sha256": file_sha256(MODEL)}
+
+
+class AtWidth:
+    """A normalised N x C x H x W view of lines at another width: cut at the right, or padded
+    with copies of the last column (the paper a line is padded with), batch by batch."""
+
+    def __init__(self, x, width: int):
+        self.x, self.width = x, width
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, key):
+        import numpy as np
+
+        batch = self.x[key]
+        have = batch.shape[-1]
+        if have >= self.width:
+            return np.ascontiguousarray(batch[..., :self.width])
+        return np.ascontiguousarray(np.pad(batch, [(0, 0)] * (batch.ndim - 1)
+                                           + [(0, self.width - have)], mode="edge"))
+
+
+def listed_buckets(p, meta) -> list[int]:
+    """export.width_buckets, or when empty the buckets prepare.width_buckets trained with
+    (the model's width_buckets, from meta.json, the trained width last): one list drives
+    prepare, train, evaluate, export, predict and serve unless export names its own."""
+    return list(p.width_buckets or meta.get("width_buckets", []))
+
+
+def bucket_widths(p, task, meta) -> list[int]:
+    """export.width_buckets (or prepare's) other than the trained width, checked against the
+    task's model."""
+    from stages.lib.images import input_hw
+
+    p = dataclasses.replace(p, width_buckets=listed_buckets(p, meta))
+    if not p.width_buckets:
+        return []
+    if not task.dynamic_width:
+        raise StageError(f"export.width_buckets: the {task.name} model takes one input width "
+                         f"(prepare's); leave export.width_buckets empty.")
+    odd = [w for w in p.width_buckets if w % task.dynamic_width]
+    if odd:
+        raise StageError(f"export.width_buckets: {odd} not a multiple of "
+                         f"{task.dynamic_width}, the model's stride; e.g. "
+                         f"{[w - w % task.dynamic_width or task.dynamic_width for w in odd]}")
+    trained = input_hw(meta["image_size"])[1]
+    if p.width_buckets[-1] > trained:
+        raise StageError(f"export.width_buckets: {p.width_buckets[-1]} is wider than the "
+                         f"trained width {trained} (prepare.width): predict and serve fit a "
+                         f"line to the trained width, then cut it to its bucket.")
+    return [w for w in p.width_buckets if w != trained]
 
 
 def with_test_hook(model):
@@ -94,13 +153,15 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     from stages.lib.images import input_hw
 
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    axes = {0: torch.export.Dim("batch")}
+    if task.dynamic_width:  # any width that is a multiple of the task's stride
+        axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = Path(tmp) / "model.onnx"
         torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
                           output_names=list(task.output_names), external_data=False,
-                          verbose=False,
-                          dynamic_shapes=({0: torch.export.Dim("batch")},))
+                          verbose=False, dynamic_shapes=(axes,))
         proto = onnx.load(str(path))
     strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
     keys = (*task.meta_keys, *PREPROCESSING_KEYS)
@@ -372,14 +433,27 @@ def main(params_path):
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
     origin = provenance(params_path, task)
-    blob = onnx_bytes(exported, meta, task, {**task.export_metadata(params_path), **origin})
+    widths = bucket_widths(p, task, meta)
+    extra = {"width_buckets": listed_buckets(p, meta)} if task.dynamic_width else {}
+    blob = onnx_bytes(exported, meta, task,
+                      {**task.export_metadata(params_path), **origin, **extra})
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})
     metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b, threads) for b in batches},
                                  p.atol, p.rtol, paths, "ONNX (onnxruntime)", task,
                                  params_path)
-    metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
     errors = [error] if error else []
+    if widths:  # the same lines cut or padded to each bucket width, PyTorch against ONNX
+        metrics["widths"] = {}
+        for width in widths:
+            at = AtWidth(x, width)
+            at_metrics, at_error = parity_gate(
+                predict_logits(model, at, p.parity_batch),
+                {b: onnx_logits(blob, at, b, threads) for b in batches}, p.atol, p.rtol, paths,
+                f"ONNX (onnxruntime) at width {width}", task, params_path)
+            metrics["widths"][str(width)] = at_metrics
+            errors += [at_error] if at_error else []
+    metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
     ts_blob = b""
     if p.torchscript:
         ts_blob = torchscript_bytes(exported, meta, task)

@@ -36,13 +36,34 @@ def input_size(p, image_size):
     return [p.height, p.width] if p.height else image_size
 
 
-def init_worker(params_path, meta, source, image_size, channels, facts, norm):
+def buckets(p) -> list[int]:
+    """Every width bucket (prepare.width_buckets, then prepare.width); [] = off."""
+    return [*p.width_buckets, p.width] if p.width_buckets else []
+
+
+def init_worker(params_path, meta, source, image_size, channels, facts, norm, width_buckets=()):
     from stages.tasks import current
 
     task = current(params_path)
     _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
                    source=Path(source), image_size=image_size, channels=channels, facts=facts,
-                   norm=norm)
+                   norm=norm, width_buckets=list(width_buckets))
+
+
+def line_buckets(rows, source: Path, image_size, width_buckets):
+    """uint16 bucket width of each row's line: the smallest bucket holding the line as fit
+    scales it (its header size; fit pads the rest of the record with the pad value, so the
+    record cut at its bucket is exactly the line fitted to that width)."""
+    import numpy as np
+    from PIL import Image
+
+    from stages.lib.images import bucket_of, line_width
+
+    out = np.empty(len(rows), dtype=np.uint16)
+    for i, r in enumerate(rows):
+        with Image.open(source / r["path"]) as img:
+            out[i] = bucket_of(line_width(img.size, image_size), width_buckets)
+    return out
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None):
@@ -70,7 +91,7 @@ def write_shard(job) -> tuple:
     """Decode one shard's rows and write its two files: (samples, the shorter sides of its
     images when it is a split whose sides count, how many are colour, the train pixels' value
     counts when mean/std are auto). Nothing but these small facts goes back to the parent."""
-    from stages.lib.shards import IMAGES, TARGETS, save_npy, shard_name
+    from stages.lib.shards import IMAGES, TARGETS, WIDTHS, save_npy, shard_name
 
     split, k, rows, sides_count = job
     w = _WORKER
@@ -79,6 +100,9 @@ def write_shard(job) -> tuple:
                          w["channels"], facts)
     save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
     save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
+    if w["width_buckets"]:
+        save_npy(OUT_DIR / split / shard_name(WIDTHS, k),
+                 line_buckets(rows, w["source"], w["image_size"], w["width_buckets"]))
     counts = None
     if w["norm"] and split == "train":
         from stages.lib.autoprep import value_counts
@@ -140,7 +164,8 @@ def write_shards(splits, params_path, meta, source, p, workers: int, image_size:
     # the short last shards at the end, so no worker is left with a long one while the
     # others idle; the files do not depend on which process writes them or when
     order = sorted(jobs, key=lambda job: -len(job[2]))
-    init = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm)
+    init = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm,
+            buckets(p))
     total = sum(len(r) for r in splits.values())
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
     sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
@@ -206,6 +231,7 @@ def main(params_path):
         **meta, "image_size": input_size(p, image_size), "channels": channels,
         "mean": mean, "std": std, "counts": {n: len(r) for n, r in splits.items()},
         "shard_size": p.shard_size,
+        **({"width_buckets": buckets(p)} if p.width_buckets else {}),
     })
     click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "
                f"({workers} worker{'s' if workers > 1 else ''})")

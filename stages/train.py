@@ -67,16 +67,26 @@ def make_optimizer(p, model):
     raise StageError(f"train.optimizer: unknown {p.optimizer!r}; use adamw or sgd.")
 
 
-def evaluate_loss(model, x, y, task, batch_size=512, device="cpu"):
-    """(mean loss, mean metric) of model on tensors x, y: the task's val_sums over n."""
+def evaluate_loss(model, x, y, task, batch_size=512, device="cpu", widths=None):
+    """(mean loss, mean metric) of model on tensors x, y: the task's val_sums over n.
+    widths (prepare.width_buckets: each sample's bucket width): each bucket's samples, in
+    split order, cut to its width, as training and evaluate run them."""
     import torch
 
     model.eval()
     loss, metric = 0.0, 0
+    if widths is None:
+        chunks = [(slice(i, i + batch_size), None) for i in range(0, len(x), batch_size)]
+    else:
+        chunks = []
+        for width in sorted(set(widths.tolist())):
+            members = torch.from_numpy((widths == width).nonzero()[0].astype("int64"))
+            chunks += [(members[i:i + batch_size], width)
+                       for i in range(0, len(members), batch_size)]
     with torch.no_grad():
-        for i in range(0, len(x), batch_size):
-            batch_loss, batch_metric = task.val_sums(model(x[i:i + batch_size].to(device)),
-                                                     y[i:i + batch_size].to(device))
+        for key, width in chunks:
+            xb = x[key] if width is None else x[key][..., :width].contiguous()
+            batch_loss, batch_metric = task.val_sums(model(xb.to(device)), y[key].to(device))
             loss += batch_loss
             metric += batch_metric
     return loss / len(x), metric / len(x)
@@ -229,6 +239,9 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
 
     data = (x_train, y_train, x_val, y_val): tensors, or the indexable views of
     stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
+    run["widths"] (optional; prepare.width_buckets): (train, val) numpy bucket widths per
+    sample: each batch holds one bucket, cut to its width (stages/lib/augment.py
+    bucket_batches), and validation runs each bucket at its width;
     on_epoch(record, perf) after each epoch;
     on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
     "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
@@ -256,10 +269,17 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
         model.train()
         for module in run.get("eval_modules", ()):  # frozen BatchNorm (train.lora_batchnorm)
             module.eval()
-        order = epoch_order(len(x_train), p.seed, epoch)
-        if world > 1:  # pad like DistributedSampler so every rank runs the same number of steps
-            order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
-        ds = EpochBatches(x_train, y_train, order, per_rank, p, epoch, task)
+        if run.get("widths") is not None:  # prepare.width_buckets: one bucket per batch
+            from stages.lib.augment import bucket_batches
+
+            plan = bucket_batches(len(x_train), run["widths"][0], p.batch_size, p.seed, epoch,
+                                  rank, world)
+            ds = EpochBatches(x_train, y_train, None, per_rank, p, epoch, task, plan)
+        else:
+            order = epoch_order(len(x_train), p.seed, epoch)
+            if world > 1:  # pad like DistributedSampler: every rank runs the same steps
+                order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
+            ds = EpochBatches(x_train, y_train, order, per_rank, p, epoch, task)
         start, window, seconds, seen = st["batch"], [], 0.0, 0
         tic = time.perf_counter()
         bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
@@ -339,7 +359,8 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
             dist.all_reduce(totals)
             loss_sum, count = totals.tolist()
-        val_loss, val_metric = evaluate_loss(model, x_val, y_val, task, device=device)
+        val_loss, val_metric = evaluate_loss(model, x_val, y_val, task, device=device,
+                                             widths=(run.get("widths") or (None, None))[1])
         record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
                   f"val_{task.val_metric}": val_metric, "lr": lr}
         st["history"].append(record)
@@ -515,6 +536,16 @@ def main(params_path):
     fingerprint = ck.fingerprint(params, data_files, ck.code_files() + code_files(task))
 
     run = setup(p, meta, task, device)
+    if meta.get("width_buckets"):  # lines in width buckets: batches and validation per bucket
+        from stages.lib.shards import load_widths
+
+        odd = [w for w in meta["width_buckets"] if not task.dynamic_width
+               or w % task.dynamic_width]
+        if odd:
+            raise StageError(f"prepare.width_buckets: {odd} " + (
+                f"not a multiple of {task.dynamic_width}, the model's stride"
+                if task.dynamic_width else f"but the {task.name} model takes one input width"))
+        run["widths"] = (load_widths("train"), load_widths("val"))
     ckpt, message = ck.resumable(ck.LAST, fingerprint)
     if world > 1:
         ckpt, message = agree_on_checkpoint(ckpt, message, fingerprint, rank, world)
@@ -648,8 +679,9 @@ def main(params_path):
         probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
         model, merge_diff = finetune.merged(run["model"], p, probe)
         keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
+        buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
         save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
-                                  "task": task.name})
+                                  "task": task.name, **buckets})
         history, best = run["state"]["history"], run["state"]["best"]
         last = history[-1]
         metric = f"val_{task.val_metric}"

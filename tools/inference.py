@@ -219,6 +219,9 @@ class Model:
     # sha256 of the trained weights file (models/model.pt): the same for model.pt and the
     # model.onnx exported from it (its metadata's model_sha256); predict's rows carry it
     weights_sha256: str = ""
+    # export.width_buckets of a model that takes any input width (its ONNX metadata): each
+    # input runs at the smallest of these widths that holds it; [] = image_size's width
+    width_buckets: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.task is None:
@@ -271,7 +274,8 @@ def load_onnx(path, threads: int = 0) -> Model:
 
     weights = json.loads(props["model_sha256"]) if "model_sha256" in props else ""
     return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,
-                 task=task, meta=task_meta, weights_sha256=weights, **meta)
+                 task=task, meta=task_meta, weights_sha256=weights,
+                 width_buckets=json.loads(props.get("width_buckets", "[]")), **meta)
 
 
 def load_torch(path, threads: int = 0) -> Model:
@@ -294,6 +298,7 @@ def load_torch(path, threads: int = 0) -> Model:
     return Model("torch", path.name, sha256=sha256_file(path), runner=run,
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
                  task=task, meta={k: meta[k] for k in task.meta_keys},
+                 width_buckets=meta.get("width_buckets", []),  # prepare.width_buckets' list
                  **{k: meta[k] for k in META_KEYS})
 
 
@@ -356,12 +361,39 @@ def decode(model: Model, outputs: np.ndarray, k: int, sizes=None) -> list[dict]:
     return model.task.decode(outputs, meta, k)
 
 
+def bucket_width(model: Model, source_size) -> int:
+    """The input width an image of source_size (w, h) runs at: the smallest of the model's
+    width_buckets that holds the image scaled to the model's height (as
+    stages.lib.images.fit scales it), else the largest bucket."""
+    from stages.lib.images import input_hw
+
+    height, width = input_hw(model.image_size)
+    if not model.width_buckets or source_size is None:
+        return width
+    w, h = source_size
+    scaled = min(max(1, round(w * height / max(h, 1))), width)
+    return next((b for b in model.width_buckets if b >= scaled), model.width_buckets[-1])
+
+
 def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
-    """The prediction of each uint8 HxWxC image, in order."""
+    """The prediction of each uint8 HxWxC image, in order. A model with width_buckets runs
+    each image at its bucket width (the fitted image cut there: fit pads a narrower line on
+    the right, so the cut is what fitting it to the bucket width gives), one model call per
+    width."""
     if not images:
         return []
     sizes = [getattr(img, "source_size", None) for img in images]  # original (w, h)
-    return decode(model, model.logits(np.stack(images)), k, sizes)
+    if not model.width_buckets:
+        return decode(model, model.logits(np.stack(images)), k, sizes)
+    widths = [bucket_width(model, size) for size in sizes]
+    out = [None] * len(images)
+    for width in sorted(set(widths)):
+        chosen = [i for i, w in enumerate(widths) if w == width]
+        batch = np.stack([np.asarray(images[i])[:, :width] for i in chosen])
+        for i, pred in zip(chosen, decode(model, model.logits(batch), k,
+                                          [sizes[i] for i in chosen]), strict=True):
+            out[i] = pred
+    return out
 
 
 def describe(model: Model, metrics_path=None) -> dict:

@@ -55,13 +55,32 @@ _MODEL_OPTIONS = [
                  help="Classes listed per image in `topk`, best first."),
     click.option("--score-threshold", type=click.FloatRange(0, 1), default=None,
                  help="Detection: keep boxes scoring at least this. Default: 0.3."),
+    click.option("--beam", type=click.IntRange(min=1), default=None, metavar="K",
+                 help="Models that decode a sequence (text recognition): CTC prefix beam "
+                      "search keeping the K most probable prefixes per frame, instead of the "
+                      "default greedy best path; K=1 is greedy. Its confidence is P(text | "
+                      "image), summed over the paths the beam kept. Slower (5-10 ms a line "
+                      "at K=5). Refused for a model whose task has no beam search."),
 ]
 
 
 def model_options(func):
-    """Add --model, --backend, --threads, --max-pixels, --top-k and --score-threshold
-    (parameters model_path, backend, threads, max_pixels, top_k, score_threshold) to a click
-    command, in that order."""
+    """Add --model, --backend, --threads, --max-pixels, --top-k, --score-threshold and --beam
+    (parameters model_path, backend, threads, max_pixels, top_k, score_threshold, beam) to a
+    click command, in that order."""
     for option in reversed(_MODEL_OPTIONS):
         func = option(func)
     return func
+
+
+def apply_decode_options(model, score_threshold=None, beam=None) -> None:
+    """Hand the decoding options given on the command line to the model's task, through
+    model.meta (what task.decode reads). An option the task does not declare in its
+    decode_options is a usage error (--score-threshold keeps its older rule: always passed)."""
+    if score_threshold is not None:
+        model.meta["score_threshold"] = score_threshold
+    if beam is not None:
+        if "beam" not in model.task.decode_options:
+            raise click.UsageError(f"--beam: the model's task ({model.task.name}) has no beam "
+                                   f"search; leave --beam out.")
+        model.meta["beam"] = beam

@@ -22,7 +22,7 @@ import click
 
 from stages.lib import hooks
 from stages.lib.io import StageError
-from tools.options import model_options
+from tools.options import apply_decode_options, model_options
 
 
 
@@ -484,7 +484,7 @@ def write_failed(out: Path, exc: OSError) -> StageError:
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
 def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max_pixels,
-         overwrite, out_dir, retry_failed, score_threshold):
+         overwrite, out_dir, retry_failed, score_threshold, beam):
     """Predict the class of every image in SOURCE... and write one row per image to --out.
 
     SOURCE is an image file, a folder (all files below it, recursively, sorted; hidden ones
@@ -521,8 +521,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
         raise click.UsageError("--retry-failed needs an --out file, not stdout.")
     fmt = output_format(out, fmt)
     model = load(backend, model_path, threads)
-    if score_threshold is not None:
-        model.meta["score_threshold"] = score_threshold
+    apply_decode_options(model, score_threshold, beam)
     fields = output_fields(model)
 
     done, failed_before, retry = set(), set(), []

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from stages.lib.params import MAX_PIXELS
-from tools.options import model_options
+from tools.options import apply_decode_options, model_options
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_DECODE_MB = 256
@@ -469,7 +469,7 @@ def return_freed_memory() -> None:
               default="info", show_default=True, help="uvicorn's log level.")
 def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
          max_batch, max_wait_ms, max_decode_mb, header_timeout, body_timeout,
-         keep_alive_timeout, limit_concurrency, threads, log_level, score_threshold):
+         keep_alive_timeout, limit_concurrency, threads, log_level, score_threshold, beam):
     """Serve the model over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
@@ -488,8 +488,7 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
 
     return_freed_memory()
     model = load(backend, model_path, threads)
-    if score_threshold is not None:
-        model.meta["score_threshold"] = score_threshold
+    apply_decode_options(model, score_threshold, beam)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
                      max_wait_ms, max_decode_mb)
     if warning:

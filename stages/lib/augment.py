@@ -69,15 +69,48 @@ def augment(x, p, seed: int):
     return x
 
 
+def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank: int = 0,
+                   world: int = 1):
+    """This rank's batches of one epoch when samples come in width buckets (prepare's
+    width_buckets): [(sample indices, width)], every batch from one bucket.
+
+    A pure function of (seed, epoch, widths): the epoch's order (epoch_order), stable-partitioned
+    by bucket (narrowest first), cut into global batches of batch_size, and the batch list
+    shuffled by a generator seeded by (seed, epoch); so a checkpoint's batch index names the
+    same batch on resume. With world ranks each global batch is padded with its own first
+    samples to a multiple of world (as DistributedSampler pads) and split rank::world: every
+    rank trains on the same bucket at each step, and every sample comes once per epoch."""
+    import numpy as np
+    import torch
+
+    order = epoch_order(n, seed, epoch).numpy()
+    w = np.asarray(widths)[order]
+    out = []
+    for width in sorted(set(w.tolist())):
+        members = order[w == width]  # stable: the epoch's order within the bucket
+        out += [(members[i:i + batch_size], width) for i in range(0, len(members), batch_size)]
+    g = torch.Generator().manual_seed(sample_seed(seed, epoch, -1))  # no sample's seed
+    plan = []
+    for b in torch.randperm(len(out), generator=g).tolist():
+        idx, width = out[b]
+        if world > 1:
+            idx = np.concatenate([idx, idx[:(-len(idx)) % world]])[rank::world]
+        plan.append((torch.from_numpy(idx.astype(np.int64)), int(width)))
+    return plan
+
+
 class EpochBatches:
     """Batch b of one epoch on one rank: the samples `indices[b*bs:(b+1)*bs]`, augmented by the
     task (image and target together; classification: augment() above, target unchanged).
+
+    With plan (bucket_batches' [(indices, width)]), batch b is plan[b]'s samples cut to its
+    width (before augmentation), and indices/batch_size are unused.
 
     Indexable and picklable, so DataLoader workers can fetch any batch in any process.
     Returns (sample indices, x, y).
     """
 
-    def __init__(self, x, y, indices, batch_size: int, p, epoch: int, task=None):
+    def __init__(self, x, y, indices, batch_size: int, p, epoch: int, task=None, plan=None):
         if task is None:
             from stages.tasks import default_task
 
@@ -85,18 +118,30 @@ class EpochBatches:
         self.x, self.y, self.indices = x, y, indices
         self.batch_size, self.p, self.epoch, self.task = batch_size, p, epoch, task
         self.augment = augmenting(p)
+        self.plan = plan
 
     def __len__(self):
+        if self.plan is not None:
+            return len(self.plan)
         return (len(self.indices) + self.batch_size - 1) // self.batch_size
 
     def __getitem__(self, b):
         import torch
 
-        idx = self.indices[b * self.batch_size:(b + 1) * self.batch_size]
+        if self.plan is not None:
+            idx, width = self.plan[b]
+            x = self.x[idx][..., :width].contiguous()
+            rows = list(x)
+        else:
+            idx = self.indices[b * self.batch_size:(b + 1) * self.batch_size]
+            if not self.augment:
+                return idx, self.x[idx], self.y[idx]
+            rows = [self.x[i] for i in idx.tolist()]
         if not self.augment:
-            return idx, self.x[idx], self.y[idx]
-        pairs = [self.task.augment(self.x[i], self.y[i], self.p,
-                                   sample_seed(self.p.seed, self.epoch, i)) for i in idx.tolist()]
+            return idx, x, self.y[idx]
+        pairs = [self.task.augment(xi, self.y[i], self.p,
+                                   sample_seed(self.p.seed, self.epoch, i))
+                 for xi, i in zip(rows, idx.tolist(), strict=True)]
         return idx, torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs])
 
 

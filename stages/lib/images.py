@@ -197,6 +197,20 @@ def input_hw(image_size) -> tuple[int, int]:
     return int(image_size), int(image_size)
 
 
+def line_width(size, image_size) -> int:
+    """The width (px) a w x h image takes in a line input (image_size [height, width]) before
+    fit pads it: scaled to the height with its aspect kept, at most the width."""
+    height, width = input_hw(image_size)
+    w, h = size
+    return min(max(1, round(w * height / max(h, 1))), width)
+
+
+def bucket_of(scaled: int, buckets) -> int:
+    """The smallest of the ascending widths `buckets` that holds a line `scaled` px wide (the
+    last when none does)."""
+    return next((b for b in buckets if b >= scaled), buckets[-1])
+
+
 def fit(img, image_size):
     """The converted image resized to the model input: a square, or a line (image_size
     [height, width]) scaled to the height with its aspect kept, squeezed to the width when
@@ -205,7 +219,7 @@ def fit(img, image_size):
         return np.asarray(img.resize((image_size, image_size), Image.Resampling.BILINEAR),
                           dtype=np.uint8)
     height, width = input_hw(image_size)
-    scaled = min(max(1, round(img.width * height / max(img.height, 1))), width)
+    scaled = line_width(img.size, image_size)
     arr = np.asarray(img.resize((scaled, height), Image.Resampling.BILINEAR), dtype=np.uint8)
     if scaled == width:
         return arr

@@ -57,6 +57,33 @@ def predict_logits(model, x, batch_size: int = 256):
     return np.concatenate(out) if out else np.zeros((0, 0), dtype=np.float32)
 
 
+def predict_bucketed(model, x, widths, task, batch_size: int = 256):
+    """predict_logits with each sample cut to its bucket width (prepare.width_buckets; widths:
+    numpy, one per sample), as train and predict run it; the narrower buckets' outputs are
+    padded to the widest's by task.pad_outputs. Buckets run in turn, their samples in order."""
+    import numpy as np
+    import torch
+
+    model.eval()
+    parts = {}
+    with torch.no_grad():
+        for width in sorted(set(widths.tolist())):
+            members = np.flatnonzero(widths == width)
+            for i in range(0, len(members), batch_size):
+                idx = members[i:i + batch_size]
+                xb = np.ascontiguousarray(x[idx][..., :width])
+                parts[tuple(idx.tolist())] = model(torch.from_numpy(xb)).numpy()
+    frames = max(o.shape[1] for o in parts.values())
+    out = None
+    for idx, o in parts.items():
+        if o.shape[1] < frames:
+            o = task.pad_outputs(o, frames)
+        if out is None:
+            out = np.empty((len(x), *o.shape[1:]), dtype=o.dtype)
+        out[list(idx)] = o
+    return out
+
+
 def head_name(model) -> str:
     """Name prefix of the classification head: the last nn.Linear of the model."""
     from torch import nn

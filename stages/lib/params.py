@@ -109,12 +109,22 @@ class Prepare:
     # to `width`, instead of image_size x image_size; 0 = off (square images)
     height: int = knob(0, at_least=0)
     width: int = knob(0, at_least=0)  # with height: the padded width of every line
+    # with height: widths (px, ascending, each < width) a line is cropped to in training and
+    # evaluation (the smallest that holds it; `width` is the last); [] = every line at `width`
+    width_buckets: list[int] = knob([])
 
     def problems(self) -> list[str]:
         out = []
         if self.height and self.width < self.height:
             out.append(f"prepare.width must be at least prepare.height ({self.height}) when "
                        f"prepare.height is set, got {self.width}")
+        if self.width_buckets and not self.height:
+            out.append("prepare.width_buckets needs prepare.height (text lines)")
+        if self.width_buckets and (self.width_buckets != sorted(set(self.width_buckets))
+                                   or self.width_buckets[0] < 1
+                                   or self.width_buckets[-1] >= self.width):
+            out.append(f"prepare.width_buckets must be ascending widths, each once, from 1 to "
+                       f"below prepare.width ({self.width}): {self.width_buckets}")
         if not (self.image_size == AUTO or isinstance(self.image_size, int)
                 and self.image_size >= 1):
             out.append(f"`prepare.image_size` must be an integer >= 1 or auto, "
@@ -240,6 +250,10 @@ class Export:
     # PyTorch (accuracy: 0.01 = 1 point; a lower-is-better metric may rise by this much)
     max_metric_drop: float = knob(0.01, at_least=0.0)
     calibration_samples: int = knob(256, at_least=1)  # onnx_int8: seeded train images
+    # a task whose model takes any input width (ocr): widths (px, ascending, at most the
+    # trained width) predict and serve run each input at (the smallest that holds it, else the
+    # largest), parity checked at each; [] = the trained width only
+    width_buckets: list[int] = knob([])
 
     def problems(self) -> list[str]:
         from stages.lib.formats import FORMATS
@@ -250,6 +264,10 @@ class Export:
                     f"{', '.join(FORMATS)}"]
         if len(set(self.formats)) != len(self.formats):
             return [f"export.formats lists a format twice: {self.formats}"]
+        if any(w < 1 for w in self.width_buckets) or self.width_buckets != sorted(
+                set(self.width_buckets)):
+            return [f"export.width_buckets must be positive widths in ascending order, each "
+                    f"once: {self.width_buckets}"]
         return []
 
 

@@ -6,6 +6,8 @@ Layout of data/processed/ (written by prepare, read by train, evaluate and expor
                                    shard_size
     <split>/images-00000.npy       uint8 N x H x W x C, N <= shard_size (only the last is short)
     <split>/targets-00000.npy      the task's targets of the same N samples (task.target_dtype)
+    <split>/widths-00000.npy       prepare.width_buckets only: uint16 N, each line's bucket
+                                   width (its pixels past it are the pad value)
     ...
 
 Shard k holds samples [k * shard_size, (k + 1) * shard_size) of the split, in split order, so a
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-IMAGES, TARGETS = "images", "targets"
+IMAGES, TARGETS, WIDTHS = "images", "targets", "widths"
 
 
 def shard_name(kind: str, k: int) -> str:
@@ -257,3 +259,15 @@ def images_view(split: str, root="data/processed") -> View:
 
     meta = read_json(Path(root) / "meta.json")
     return View(Split(root, split, meta["counts"][split], meta["shard_size"]), IMAGES)
+
+
+def load_widths(split: str, root="data/processed"):
+    """Each sample's bucket width (numpy uint16 N) when prepare.width_buckets was set (meta.json
+    width_buckets), else None. Two bytes a sample: a split's fits in memory."""
+    from stages.lib.io import read_json
+
+    meta = read_json(Path(root) / "meta.json")
+    if not meta.get("width_buckets"):
+        return None
+    data = Split(root, split, meta["counts"][split], meta["shard_size"])
+    return data.gather(WIDTHS, slice(0, data.count))

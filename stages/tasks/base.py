@@ -46,6 +46,16 @@ class Task:
     val_metric = "metric"  # train logs val/<val_metric> and metrics/train.json val_<val_metric>
     val_higher_is_better = True
     output_names = ("logits",)  # the ONNX graph's outputs
+    # 0: the model's input width is fixed (image_size). n > 0: the model takes any width that is a
+    # multiple of n (ocr's CRNN: 4, one output frame per 4 columns); its ONNX graph gets a
+    # dynamic width axis, and export.width_buckets may list the widths predict and serve use
+    dynamic_width = 0
+
+    def pad_outputs(self, outputs, frames: int):
+        """A dynamic-width model's outputs (numpy N x T x ...) of lines run at a narrower width
+        bucket, extended to `frames` along the width axis with outputs that decode to nothing,
+        so evaluate can stack every bucket's lines in one array (prepare.width_buckets)."""
+        raise NotImplementedError(f"task {self.name} has no width buckets")
     agreement_name = "agreement"  # metrics/export.json key: share of items whose decision agrees
     headline_metric = ""  # the metrics/eval.json key a reader looks at first
     # {dotted params key: value} the built-in sample needs besides `task` and `data.source`
@@ -182,6 +192,9 @@ class Task:
 
     # {field: JSON type} of one prediction: predict's columns after `path`, serve's answer
     prediction_fields: dict = {}
+    # model.meta keys of predict/serve options the task's decode reads, beyond k (ocr: "beam",
+    # from --beam); the tools refuse such an option for a task that does not list it
+    decode_options: tuple = ()
 
     def decode(self, outputs, meta: dict, k: int) -> list:
         """One prediction dict (prediction_fields) per item of a batch of outputs (numpy);

@@ -14,7 +14,18 @@ class OCR(Task):
     val_metric = "cer"
     val_higher_is_better = False
     output_names = ("logits",)  # N x T x (1 + len(charset)); class 0 is the CTC blank
+    dynamic_width = 4  # the CRNN's stride (checks.STRIDE): T = width / 4 frames, any width
     agreement_name = "text_agreement"
+
+    def pad_outputs(self, outputs, frames):
+        """Blank frames (probability 1: logit 0 for the blank, -inf for every character): the
+        greedy text is the bucket width's; only an empty line's confidence counts them."""
+        import numpy as np
+
+        pad = np.full((len(outputs), frames - outputs.shape[1], outputs.shape[2]), -np.inf,
+                      dtype=outputs.dtype)
+        pad[..., 0] = 0.0
+        return np.concatenate([outputs, pad], axis=1)
     headline_metric = "cer"
     # The params the built-in sample needs besides `task: ocr` and `data.source`.
     sample_params = {
@@ -143,10 +154,15 @@ class OCR(Task):
     def empty_prediction(self):
         return {"text": "", "confidence": None}
 
-    def decode(self, outputs, meta, k):
-        from stages.tasks.ocr.ctc import greedy
+    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
 
-        return [{"text": t, "confidence": c} for t, c in greedy(outputs, meta["charset"])]
+    def decode(self, outputs, meta, k):
+        """Greedy (the shared decoder evaluate and export use), or a prefix beam search of
+        width meta["beam"] when predict/serve got --beam (stages/tasks/ocr/ctc.py: beam)."""
+        from stages.tasks.ocr.ctc import beam
+
+        width = meta.get("beam") or 1
+        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]
 
     def headline(self, facts):
         return [("test CER", facts.eval.get("cer")),

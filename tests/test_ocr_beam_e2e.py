@@ -1,0 +1,113 @@
+"""predict and serve --beam K (issue 20) on the session's tiny OCR run (ocr_project): through
+the real CLI and a real HTTP server, the rows are the prefix beam search of the model's own
+outputs, --beam 1 is the default greedy decoding byte for byte, and a model whose task has no
+beam search refuses the option."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import types
+
+import click
+import httpx
+import numpy as np
+import pytest
+
+from stages.lib.io import read_csv
+from tests.conftest import ROOT, wait_ready
+
+WIDTH = 4
+
+
+def predict(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "tools.predict", *args], cwd=cwd,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def lines(ocr_project, tmp_path_factory):
+    """24 test lines copied to a folder, and what a width-4 beam makes of the ONNX model's
+    logits for each, computed here in-process (tools.inference + stages.tasks.ocr.ctc)."""
+    from stages.tasks.ocr.ctc import beam, greedy
+    from tools.inference import load, read_image
+
+    folder = tmp_path_factory.mktemp("beam_lines")
+    rows = read_csv(ocr_project / "plots/eval/predictions.csv")[:24]
+    model = load("onnxruntime", ocr_project / "models/model.onnx")
+    names = []
+    for r in rows:
+        name = r["path"].split("/")[-1]
+        (folder / name).write_bytes((ocr_project / "data/sample" / r["path"]).read_bytes())
+        names.append(name)
+    names.sort()
+    logits = model.logits(np.stack([read_image(folder / n, model.image_size, model.channels)
+                                    for n in names]))
+    charset = model.meta["charset"]
+    return folder, names, dict(zip(names, beam(logits, charset, WIDTH), strict=True)), \
+        dict(zip(names, greedy(logits, charset), strict=True))
+
+
+def rows_of(path):
+    return {json.loads(line)["path"].split("/")[-1]: json.loads(line)
+            for line in path.read_text().splitlines()}
+
+
+def test_predict_beam_through_the_cli(ocr_project, lines, tmp_path):
+    folder, names, want_beam, want_greedy = lines
+    model = str(ocr_project / "models/model.onnx")
+    outs = {}
+    for name, extra in (("default", []), ("beam1", ["--beam", "1"]),
+                        ("beam", ["--beam", str(WIDTH)])):
+        outs[name] = tmp_path / f"{name}.jsonl"
+        proc = predict(folder, ".", "--model", model, "--out", str(outs[name]), *extra)
+        assert proc.returncode == 0, proc.stderr
+    assert outs["beam1"].read_bytes() == outs["default"].read_bytes()
+    default, got = rows_of(outs["default"]), rows_of(outs["beam"])
+    assert sorted(got) == names
+    for name in names:
+        assert (default[name]["text"], default[name]["confidence"]) == want_greedy[name]
+        assert (got[name]["text"], got[name]["confidence"]) == want_beam[name], name
+        assert 0 <= got[name]["confidence"] <= 1 and not got[name]["error"]
+    proc = predict(folder, ".", "--model", model, "--out", "-", "--beam", "0")
+    assert proc.returncode == 2 and "--beam" in proc.stderr
+
+
+def test_serve_beam_answers_over_http(ocr_project, lines, tmp_path):
+    folder, names, want_beam, _ = lines
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.serve", "--port", str(port), "--model",
+             str(ocr_project / "models/model.onnx"), "--log-level", "warning",
+             "--beam", str(WIDTH)],
+            cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url, log)
+        chosen = names[:6]
+        files = [("files", (n, (folder / n).read_bytes(), "application/octet-stream"))
+                 for n in chosen]
+        answer = httpx.post(f"{url}/predict", files=files, timeout=60)
+        assert answer.status_code == 200, answer.text
+        got = [(p["text"], p["confidence"]) for p in answer.json()["predictions"]]
+        assert got == [want_beam[n] for n in chosen]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_beam_is_refused_for_a_task_without_beam_search():
+    from stages.tasks.classification import TASK
+    from tools.options import apply_decode_options
+
+    model = types.SimpleNamespace(task=TASK, meta={})
+    with pytest.raises(click.UsageError, match=r"--beam: the model's task \(classification\)"):
+        apply_decode_options(model, beam=3)
+    apply_decode_options(model, score_threshold=0.5)
+    assert model.meta == {"score_threshold": 0.5}
