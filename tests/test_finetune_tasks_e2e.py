@@ -2,7 +2,8 @@
 session run: train.init_from the same task's previous model.pt loads every tensor (reported by
 name), train.freeze leaves the frozen parameters bit-unchanged, evaluate.compare_with scores
 the old model on the same test set (its headline equals the old run's), and LoRA trains,
-merges, and its plain ONNX passes the task's parity gate."""
+merges, and its plain ONNX passes the task's parity gate; the run report shows both models'
+scores."""
 import json
 import shutil
 
@@ -66,7 +67,7 @@ def test_finetune_every_task(task, request, tmp_path):
 
     # LoRA from the same start: adapters trained, merged into model.pt, ONNX through the gate
     set_params(project, {"train.freeze": [], "train.adapter": "lora"})
-    proc = dvc(project, "repro", "export")
+    proc = dvc(project, "repro")  # train, evaluate, export, report
     assert "Running stage 'export'" in proc.stdout, proc.stdout
     train = read(project, "metrics/train.json")
     assert train["params_trainable"] < 0.25 * train["params_total"]
@@ -78,3 +79,6 @@ def test_finetune_every_task(task, request, tmp_path):
 
     graph = onnx.load(str(project / "models/model.onnx")).graph
     assert not [i.name for i in graph.initializer if "lora" in i.name.lower()]
+    # the run report shows both models' scores on the same test set
+    html = (project / "reports/run.html").read_text()
+    assert 'id="compare-with"' in html and "weights/prev.pt" in html
