@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from tests.test_train_resume import KILLED, make_tiny, outs, train_stage
+from tests.test_train_resume import make_tiny, outs, train_stage
 
 LORA = {"nproc": 2, "epochs": 2, "threads": 1, "adapter": "lora", "lora_rank": 4}
 
