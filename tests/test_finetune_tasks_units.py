@@ -1,6 +1,7 @@
 """Issue 15 for every task (in process, no pipeline run): detection, segmentation and OCR models
 take train.init_from's report by name with the task's head (Task.head) re-initialised on a
-class-count change, and LoRA on the task's default targets (Task.lora_targets) trains, merges
+class-count change, freeze_backbone and lr_backbone split the model at that head, and LoRA on
+the task's default targets (Task.lora_targets) trains, merges
 into a plain model that computes the same outputs, and skips what peft cannot merge."""
 import dataclasses
 from pathlib import Path
@@ -108,3 +109,28 @@ def test_ocr_dilated_convolutions_are_left_out():
                if isinstance(m, torch.nn.Conv1d) and m.dilation != (1,)]
     assert dilated and not set(dilated) & set(names)
     assert "encoder.0" in names and "features.0" in names
+
+
+@pytest.mark.parametrize("task", sorted(CASES))
+def test_freeze_backbone_and_lr_backbone_follow_the_task_head(task, tmp_path):
+    name, meta, _, _, _ = CASES[task]
+    t = get(task)
+    save_model(tmp_path / "model.pt", build(task, name, meta), {**meta, "model": name})
+    p = dataclasses.replace(load("train", ROOT / "params.yaml"), model=name,
+                            init_from=str(tmp_path / "model.pt"), freeze_backbone=True)
+    model = build(task, name, meta)
+    head = t.head(model)
+    model, facts, _ = finetune.setup_model(model, p, head)
+    assert facts["init"]["reinitialised"] == []
+    trainable = [n for n, q in model.named_parameters() if q.requires_grad]
+    assert trainable and all(n.startswith(head + ".") for n in trainable)
+
+    p = dataclasses.replace(p, freeze_backbone=False, lr_backbone=0.0001)
+    model = build(task, name, meta)
+    model, _, _ = finetune.setup_model(model, p, head)
+    fast, slow = finetune.param_groups(model, p, head)
+    names = {id(q): n for n, q in model.named_parameters()}
+    assert fast["lr"] == p.lr and slow["lr"] == 0.0001
+    assert all(names[id(q)].startswith(head + ".") for q in fast["params"])
+    assert not any(names[id(q)].startswith(head + ".") for q in slow["params"])
+    assert len(fast["params"]) + len(slow["params"]) == len(names)
