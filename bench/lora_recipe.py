@@ -94,8 +94,9 @@ def main(epochs, start_epochs, threads):
             facts = run["facts"]
             curve = " ".join(f"{r['val_acc']:.3f}" for r in run["state"]["history"])
             gap = 100 * (acc - results["full fine-tuning"])
-            print(f"{name:24s} test accuracy {acc:.4f} ({gap:+.1f} points)  trainable {facts['params_trainable']:,} / {facts['params_total']:,} "
-                  f"({facts['params_trainable'] / facts['params_total']:.1%})  {seconds:.0f} s\n"
+            n, total = facts["params_trainable"], facts["params_total"]
+            print(f"{name:24s} test accuracy {acc:.4f} ({gap:+.1f} points)  trainable "
+                  f"{n:,} / {total:,} ({n / total:.1%})  {seconds:.0f} s\n"
                   f"{'':24s} val accuracy per epoch: {curve}", flush=True)
 
 
