@@ -113,7 +113,8 @@ def setup(p, meta, task, device="cpu"):
     torch.manual_seed(p.seed)
     model = task.build_model(p.model, meta)
     head = task.head(model) if finetune.finetuning(p) else ""  # only fine-tuning needs it
-    model, facts, eval_modules = finetune.setup_model(model, p, head)
+    targets = task.lora_targets(model) if p.adapter != "none" else ()
+    model, facts, eval_modules = finetune.setup_model(model, p, head, targets)
     model.to(device)
     opt = make_optimizer(p, finetune.param_groups(model, p, head))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_factor(p, e))

@@ -6,12 +6,13 @@ train.init_from (stages/lib/models.py init_from, with its report by name), froze
 param_groups() gives the optimiser its groups (train.lr_backbone). The head is the task's
 (Task.head); everything here is task-agnostic.
 
-LoRA: every nn.Linear and every ungrouped nn.Conv2d outside the head (or those matching
-train.lora_targets) gets a rank-r adapter; the base weights stay frozen, the head trains fully,
-BatchNorm trains or stays frozen (train.lora_batchnorm). Only the trainable tensors and the
-buffers go into the training checkpoint (checkpoint_state); the frozen base is rebuilt from the
-seed and train.init_from, which the fingerprint covers. The model.pt that train writes holds the
-merged weights (merge_and_unload): evaluate, export, predict and serve read a plain model.
+LoRA: every nn.Linear and every ungrouped, undilated nn.Conv1d/Conv2d outside the head (or
+those matching train.lora_targets, else the task's Task.lora_targets) gets a rank-r adapter;
+the base weights stay frozen, the head trains fully, BatchNorm trains or stays frozen
+(train.lora_batchnorm). Only the trainable tensors and the buffers go into the training
+checkpoint (checkpoint_state); the frozen base is rebuilt from the seed and train.init_from,
+which the fingerprint covers. The model.pt that train writes holds the merged weights
+(merge_and_unload): evaluate, export, predict and serve read a plain model.
 """
 from fnmatch import fnmatchcase
 
@@ -24,12 +25,17 @@ def matches(name: str, patterns) -> bool:
 
 
 def lora_candidates(model, head: str) -> list[str]:
-    """Module names LoRA can adapt and merge: nn.Linear and ungrouped nn.Conv2d (peft cannot
-    merge grouped/depthwise convolutions), outside the head."""
+    """Module names LoRA can adapt and merge: nn.Linear and nn.Conv1d/Conv2d that are neither
+    grouped (peft cannot merge grouped/depthwise convolutions) nor dilated (peft's adapter
+    convolution drops the dilation, so its output would not fit), outside the head."""
     from torch import nn
 
+    def plain_conv(m):
+        return (isinstance(m, (nn.Conv1d, nn.Conv2d)) and m.groups == 1
+                and all(d == 1 for d in m.dilation) and m.padding_mode == "zeros")
+
     return [name for name, m in model.named_modules()
-            if (isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1))
+            if (isinstance(m, nn.Linear) or plain_conv(m))
             and name != head and not name.startswith(head + ".")]
 
 
@@ -39,9 +45,10 @@ def batchnorms(model) -> list:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
 
 
-def setup_model(model, p, head: str) -> tuple:
+def setup_model(model, p, head: str, default_targets=()) -> tuple:
     """(model to train, facts for metrics/train.json, modules to keep in eval mode); head: the
-    task's head module name (Task.head), needed only when finetuning(p)."""
+    task's head module name (Task.head), needed only when finetuning(p); default_targets: the
+    task's LoRA target patterns (Task.lora_targets) used when train.lora_targets is []."""
     import re
 
     from stages.lib.models import describe_init, init_from, no_weights
@@ -65,12 +72,13 @@ def setup_model(model, p, head: str) -> tuple:
     if p.adapter == "lora":
         from peft import LoraConfig, get_peft_model
 
+        patterns = list(p.lora_targets) or list(default_targets)
         targets = [n for n in lora_candidates(model, head)
-                   if not p.lora_targets or matches(n, p.lora_targets)]
+                   if not patterns or matches(n, patterns)]
         if not targets:
-            raise StageError(f"train.lora_targets: no nn.Linear or ungrouped nn.Conv2d of "
-                             f"{p.model} outside its head ({head}) matches "
-                             f"{p.lora_targets or 'the defaults'}.")
+            raise StageError(f"train.lora_targets: no nn.Linear or ungrouped, undilated "
+                             f"nn.Conv1d/Conv2d of {p.model} outside its head ({head}) matches "
+                             f"{patterns or 'the defaults'}.")
         bn_params = {id(q) for m in batchnorms(model) for q in m.parameters()}
         config = LoraConfig(r=p.lora_rank, lora_alpha=p.lora_alpha, lora_dropout=p.lora_dropout,
                             target_modules="^(" + "|".join(map(re.escape, targets)) + ")$",

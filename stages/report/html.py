@@ -81,6 +81,22 @@ def flatten(obj, prefix: str = "") -> dict:
     return out
 
 
+def comparison(metrics: dict) -> str:
+    """evaluate.compare_with: the earlier model's scores beside this one's, same test set
+    (every task's evaluation section; "" without compare_with)."""
+    other = metrics.get("compare_with")
+    if not isinstance(other, dict):
+        return ""
+    rows = [f"<tr><td>{esc(k.replace('_', ' '))}</td>{num(f'eval.{k}', metrics[k])}"
+            f"{num(f'eval.compare_with.{k}', other[k])}"
+            f"{num(f'eval.delta.{k}', metrics[k] - other[k])}</tr>"
+            for k in sorted(other) if isinstance(other[k], (int, float))
+            and not isinstance(other[k], bool) and isinstance(metrics.get(k), (int, float))]
+    return (f'<h3 id="compare-with">This model against <code>{esc(other.get("model", ""))}</code>'
+            f' <span class="muted small">(evaluate.compare_with, the same test images)</span>'
+            f'</h3>{table(["metric", "this model", "earlier model", "change"], rows, "numeric")}')
+
+
 def document(title: str, header: str, body: str, footer: str = "") -> str:
     """A whole self-contained page: the stylesheet inline, no script, no external URL.
 

@@ -142,6 +142,13 @@ class Task:
 
         return head_name(model)
 
+    def lora_targets(self, model) -> list:
+        """Module-name patterns (fnmatch) LoRA adapts when train.lora_targets is []: the
+        task's backbone and neck. Only nn.Linear and ungrouped, undilated nn.Conv1d/Conv2d
+        outside the head are ever adapted (peft merges only those exactly). Default: []:
+        every such module."""
+        return []
+
     def augment(self, x, y, p, seed: int):
         """Augment one sample; image and target move together. Default: the shared pixel
         augmentations, which leave a target that does not depend on geometry unchanged."""

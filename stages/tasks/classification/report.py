@@ -10,7 +10,8 @@ import json
 from collections import Counter
 
 from stages.report.facts import EVAL_DIR, Facts, not_found
-from stages.report.html import card, class_key, esc, flatten, lower_is_better, num, png_uri, table
+from stages.report.html import (card, class_key, comparison, esc, flatten, lower_is_better,
+                                num, png_uri, table)
 
 BAD_CASE_ROWS = 50  # rows of plots/eval/bad_cases.csv listed under the contact sheet
 BAD_CASES_PNG = EVAL_DIR / "bad_cases.png"
@@ -105,18 +106,3 @@ def evaluation(facts: Facts) -> str:
 first)</span></h3>
 {sheet}
 {table(["path", "actual", "predicted", "confidence", "top 3"], bad_table, "narrow")}{more}"""
-
-
-def comparison(metrics: dict) -> str:
-    """evaluate.compare_with: the earlier model's scores beside this one's, same test set."""
-    other = metrics.get("compare_with")
-    if not isinstance(other, dict):
-        return ""
-    rows = [f"<tr><td>{esc(k.replace('_', ' '))}</td>{num(f'eval.{k}', metrics[k])}"
-            f"{num(f'eval.compare_with.{k}', other[k])}"
-            f"{num(f'eval.delta.{k}', metrics[k] - other[k])}</tr>"
-            for k in sorted(other) if isinstance(other[k], (int, float))
-            and not isinstance(other[k], bool) and isinstance(metrics.get(k), (int, float))]
-    return (f'<h3 id="compare-with">This model against <code>{esc(other.get("model", ""))}</code>'
-            f' <span class="muted small">(evaluate.compare_with, the same test images)</span>'
-            f'</h3>{table(["metric", "this model", "earlier model", "change"], rows, "numeric")}')

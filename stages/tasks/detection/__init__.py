@@ -137,6 +137,12 @@ class Detection(Task):
 
         return build_model(name, len(meta["classes"]), meta["channels"])
 
+    def head(self, model):
+        return "head"  # a conv block and the 1x1 conv to C heatmaps + 4 box maps
+
+    def lora_targets(self, model):
+        return ["stem", "c2", "c3", "c4", "c5", "lat", "smooth"]  # backbone and FPN neck
+
     def augment(self, x, y, p, seed):
         from stages.tasks.detection.augment import augment
 

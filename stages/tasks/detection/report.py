@@ -3,7 +3,7 @@ of test images with true (green) and predicted (red) boxes, and the bad cases.""
 import json
 
 from stages.report.facts import EVAL_DIR, Facts
-from stages.report.html import card, esc, num, png_uri, table
+from stages.report.html import card, comparison, esc, num, png_uri, table
 
 
 def image(facts: Facts, name: str, alt: str) -> str:
@@ -26,7 +26,7 @@ def sections(facts: Facts) -> list:
     html = f"""
 <p class="lead">On the fixed test split: {ev.get('images', 0):,} images,
 {ev.get('boxes', 0):,} boxes; precision and recall at score {ev.get('score_threshold')}.</p>
-<div class="cards">{cards}</div>
+<div class="cards">{cards}</div>{comparison(facts.eval)}
 <div class="grid2">
 <div><h3>AP per class <span class="muted small">(COCO mAP@[.5:.95])</span></h3>
 {table(["class", "AP", "boxes"], rows, "numeric")}</div>

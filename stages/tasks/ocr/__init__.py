@@ -91,6 +91,12 @@ class OCR(Task):
         height, _ = input_hw(meta["image_size"])
         return build_model(name, 1 + len(meta["charset"]), meta["channels"], height)
 
+    def head(self, model):
+        return "head"  # the linear layer to 1 + len(charset) per frame
+
+    def lora_targets(self, model):
+        return ["features", "encoder"]  # the conv stack and the 1-D encoder (undilated convs)
+
     def augment(self, x, y, p, seed):
         from stages.tasks.ocr.augment import augment
 

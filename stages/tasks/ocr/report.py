@@ -1,7 +1,7 @@
 """The OCR task's part of the run report: headline metrics, accuracy per character class, the
 CER distribution, the worst lines (image, truth, prediction) and the most frequent character
 confusions."""
-from stages.report.html import card, esc, lower_is_better, num, png_uri, table
+from stages.report.html import card, comparison, esc, lower_is_better, num, png_uri, table
 from stages.tasks.classification.report import eval_file
 
 ROWS = 20
@@ -37,7 +37,7 @@ def evaluation(facts) -> str:
     return f"""
 <p class="lead">On the fixed test split: {facts.eval.get('lines', 0):,} lines,
 {len(bad)} with at least one error.</p>
-<div class="cards">{cards}</div>
+<div class="cards">{cards}</div>{comparison(facts.eval)}
 <div class="grid2">
 <div><h3>Accuracy per character class</h3>
 {table(["class", "accuracy"], class_rows, "numeric")}</div>

@@ -87,6 +87,16 @@ class Segmentation(Task):
 
         return build_model(name, len(meta["classes"]), meta["channels"])
 
+    def head(self, model):
+        from stages.tasks.segmentation.model import head_name
+
+        return head_name(model)
+
+    def lora_targets(self, model):
+        from stages.tasks.segmentation.model import lora_targets
+
+        return lora_targets(model)
+
     def augment(self, x, y, p, seed):
         from stages.tasks.segmentation.transforms import augment
 

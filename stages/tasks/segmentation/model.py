@@ -72,3 +72,16 @@ def build_model(name: str, classes: int, channels: int) -> nn.Module:
         return Plain(net)
     raise StageError(f"train.model {name!r} is not a segmenter; use unet or one of "
                      f"{', '.join(TORCHVISION)}.")
+
+
+def head_name(model) -> str:
+    """The head fine-tuning re-initialises on a class-count change and LoRA trains fully: the
+    U-Net's 1x1 conv; a torchvision segmenter's classifier."""
+    return "net.classifier" if isinstance(model, Plain) else "head"
+
+
+def lora_targets(model) -> list:
+    """LoRA's default targets: the U-Net's encoder, bottom and decoder blocks (its transposed
+    convolutions cannot take an adapter and stay as loaded); a torchvision segmenter's
+    backbone."""
+    return ["net.backbone"] if isinstance(model, Plain) else ["down", "bottom", "merge"]

@@ -5,7 +5,7 @@ import io
 import json
 
 from stages.report.facts import EVAL_DIR, Facts, not_found
-from stages.report.html import card, esc, num, png_uri, table
+from stages.report.html import card, comparison, esc, num, png_uri, table
 
 
 def eval_file(facts: Facts, name: str):
@@ -56,7 +56,7 @@ def evaluation(facts: Facts) -> str:
     return f"""
 <p class="lead">On the fixed test split, over its labelled pixels (the ignore value left out).
 A class in neither the truth nor the prediction has no IoU and is left out of the means.</p>
-<div class="cards">{cards}</div>
+<div class="cards">{cards}</div>{comparison(facts.eval)}
 <div class="grid2">
 <div><h3>Per class</h3>{table(["class", "IoU", "Dice", "", "pixels"], rows, "numeric")}
 {img(chart, "per-class IoU and Dice")}</div>
