@@ -53,3 +53,24 @@ def test_the_subset_is_seeded_per_class_and_keeps_labels_csv_consistent(tmp_path
     assert sorted(r["path"] for r in kept) == sorted(
         p.name for p in (tmp_path / "s4").glob("*.png"))
     assert sorted(r["label"] for r in kept) == ["cat", "cat", "dog", "dog"]
+
+
+@pytest.mark.e2e
+def test_smoke_sample_uses_the_built_in_data_whatever_your_classes(own_data_project, tmp_path):
+    """--sample: the built-in digits, even where data.source and validate.classes are yours."""
+    run = copy_run(own_data_project, tmp_path / "run")
+    set_params(run, {"validate.classes": ["blue", "green", "red"]})
+    proc = run_tool("smoke", "--sample", "--per-class", "3", "--keep", cwd=run)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == "smoke: the built-in sample, 3 per class, 1 epoch(s)"
+    assert any(line.startswith("smoke: OK in ") for line in proc.stdout.splitlines())
+    import shutil
+    from pathlib import Path
+
+    from stages.lib.io import read_csv
+
+    kept = Path(proc.stdout.splitlines()[-1].removeprefix("smoke: kept "))
+    labels = {r["label"] for r in read_csv(kept / "data/manifest.csv")}
+    shutil.rmtree(kept)
+    assert labels == {str(d) for d in range(10)}  # the digits, not blue/green/red
+    assert (run / "params.yaml").read_text().count("blue") == 1  # your workspace untouched

@@ -186,6 +186,22 @@ def test_stage_is_deterministic_and_dvc_agrees(run):
 
 
 @pytest.mark.e2e
+def test_training_section_says_which_epoch_is_the_model(run, tmp_path, monkeypatch):
+    """train.keep: the page names the epoch models/model.pt holds (issue 17, item 9)."""
+    from stages.report.page import render
+
+    assert "kept" not in load(run, "metrics/train.json")  # the default, train.keep: last
+    assert page_of(run).values["train.keep"] == "last"
+    copy = copy_run(run, tmp_path / "best")
+    train = {**load(copy, "metrics/train.json"), "kept": "best", "best_epoch": 1}
+    (copy / "metrics/train.json").write_text(json.dumps(train))
+    monkeypatch.chdir(copy)
+    page = render(facts.gather("params.yaml", facts.OUT))
+    assert Page(page).values["train.keep"] == "best"
+    assert "the best epoch (1)" in page and "(train.keep: best)" in page
+
+
+@pytest.mark.e2e
 def test_every_input_is_read_once_per_render(run, monkeypatch):
     """A real render, in this process, over the run: every file under the project is opened
     at most once (the manifest is hashed and counted in one pass, the code hashed once, the

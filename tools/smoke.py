@@ -6,7 +6,8 @@ work with your data and your params before anyone spends hours on a full run. Th
 drawn from the configured `data.source` (stages/lib/subset.py: --per-class files of each class,
 or files for tasks without classes, chosen by a hash of --seed and the path); every param is
 yours except data.source, train.epochs and, so that the subset can pass, validate.min_per_class.
-`--sample` (or a data.source that is the built-in sample) uses the built-in data instead. Your
+`--sample` (or a data.source that is the built-in sample) uses the built-in data instead, with
+validate.classes emptied (the sample's classes are not yours). Your
 workspace is not touched; the stages' progress is printed as they start.
 """
 import shutil
@@ -46,7 +47,9 @@ def main(per_class, epochs, seed, use_sample, keep):
                          f"pull`) or run `python -m tools.smoke --sample` on the built-in data.")
     overrides = {"train.epochs": epochs}
     if use_sample:
-        overrides.update({"data.source": SAMPLE_SOURCE, "sample.per_class": per_class})
+        # the built-in sample has its own classes: your validate.classes would reject them
+        overrides.update({"data.source": SAMPLE_SOURCE, "sample.per_class": per_class,
+                          "validate.classes": []})
     else:
         overrides.update({"data.source": SUBSET_DIR, "validate.min_per_class": min(
             params["validate"].min_per_class, per_class)})

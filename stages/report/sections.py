@@ -210,9 +210,15 @@ def training(facts: Facts) -> str:
     cards = "".join(card(k.replace("_", " "), f"train.{k}", v)
                     for k, v in sorted(flatten(facts.train).items())
                     if isinstance(v, (int, float)) and not isinstance(v, bool))
+    keep = facts.train.get("kept", "last")  # train.keep: which epoch became models/model.pt
+    held = (f"the best epoch ({fmt(facts.train.get('best_epoch'))})" if keep == "best"
+            else "the last epoch")
     return f"""
 <p class="lead">Every curve dvclive logged under {esc(CURVES.as_posix())}/, one chart per metric,
 train and val together.</p>
+<p>models/model.pt, the model evaluated, exported and served, holds
+<b data-key="train.keep" data-value="{esc(json.dumps(keep))}">{esc(held)}</b>
+(train.keep: {esc(keep)}).</p>
 <div class="cards">{cards}</div>
 <div class="charts">{''.join(figures)}</div>
 <h3>Curves: last and best values</h3>
