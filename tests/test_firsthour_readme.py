@@ -41,6 +41,9 @@ SKIP = {
         ".ci/run runs it",
     r"--score-threshold":
         "needs a detection model (task: detection); tests/test_detection_e2e.py runs it",
+    r"--beam":
+        "needs a text-recognition model (task: ocr); tests/test_ocr_beam_e2e.py runs predict "
+        "and serve with --beam",
     r"^python -m tools\.serve":
         "a server that runs until stopped; tests/test_serve.py and test_firsthour_serve.py "
         "start it and query it",
