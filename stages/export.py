@@ -43,6 +43,13 @@ CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/images.py",
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
+
+
+def LETTERBOX_KEY(meta) -> tuple:  # noqa: N802 (a key list, like PREPROCESSING_KEYS)
+    """("letterbox",) when the model records prepare.letterbox (detection always; any task
+    where it is on): {"fill": 114, "align": "center"} or false. Absent: a squash resize."""
+    return ("letterbox",) if "letterbox" in meta else ()
+
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
 # selecting a format leaves model.onnx's bytes as they were.
 FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
@@ -68,6 +75,10 @@ def provenance(params_path, task) -> dict:
         del sections["export"]["width_buckets"]
     if not sections["prepare"]["width_buckets"]:
         del sections["prepare"]["width_buckets"]
+    if sections["prepare"]["letterbox"] == "auto":  # the default: hashed as before it existed
+        del sections["prepare"]["letterbox"]
+    if sections["export"]["score_threshold"] is None:  # the default (evaluate's): likewise
+        del sections["export"]["score_threshold"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
     return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
@@ -164,7 +175,7 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
                           verbose=False, dynamic_shapes=(axes,))
         proto = onnx.load(str(path))
     strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
-    keys = (*task.meta_keys, *PREPROCESSING_KEYS)
+    keys = (*task.meta_keys, *PREPROCESSING_KEYS, *LETTERBOX_KEY(meta))
     metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
     for key in sorted(metadata):
         proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
@@ -196,7 +207,8 @@ def torchscript_bytes(model, meta, task) -> bytes:
 
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     buf = io.BytesIO()
-    extra = {k: json.dumps(meta[k]) for k in (*task.meta_keys, *PREPROCESSING_KEYS)}
+    extra = {k: json.dumps(meta[k])
+             for k in (*task.meta_keys, *PREPROCESSING_KEYS, *LETTERBOX_KEY(meta))}
     # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")

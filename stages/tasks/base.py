@@ -123,6 +123,13 @@ class Task:
         """The task's part of meta.json (its meta_keys), from {split: rows}."""
         return {}
 
+    # prepare.letterbox: None = not supported (the targets would not follow the padding),
+    # False = supported and off by default (auto), True = on by default
+    letterbox = None
+    # True: the encoder is called encode(row, pixels, size), size the image's upright
+    # (width, height) before the resize (what a letterbox's geometry needs)
+    encoder_takes_size = False
+
     def encoder(self, meta: dict):
         """A function (row, pixels) -> the stored target of one sample (pixels: its uint8
         HxWxC model input), given the task's meta. At prepare time meta also holds "source",
