@@ -50,6 +50,7 @@ def LETTERBOX_KEY(meta) -> tuple:  # noqa: N802 (a key list, like PREPROCESSING_
     where it is on): {"fill": 114, "align": "center"} or false. Absent: a squash resize."""
     return ("letterbox",) if "letterbox" in meta else ()
 
+TRACED_OPSET = 17  # a model exported by tracing (Task.export_batch): RoIAlign needs >= 16
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
 # selecting a format leaves model.onnx's bytes as they were.
 FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
@@ -167,12 +168,20 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     axes = {0: torch.export.Dim("batch")}
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
+    fixed = task.export_batch(model)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = Path(tmp) / "model.onnx"
-        torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
-                          output_names=list(task.output_names), external_data=False,
-                          verbose=False, dynamic_shapes=(axes,))
+        if fixed:  # traced (torchvision's detectors): a seeded example, so it finds boxes
+            example = torch.randn(fixed, *example.shape[1:],
+                                  generator=torch.Generator().manual_seed(0))
+            torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
+                              output_names=list(task.output_names), external_data=False,
+                              verbose=False, dynamo=False, opset_version=TRACED_OPSET)
+        else:
+            torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
+                              output_names=list(task.output_names), external_data=False,
+                              verbose=False, dynamic_shapes=(axes,))
         proto = onnx.load(str(path))
     strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
     keys = (*task.meta_keys, *PREPROCESSING_KEYS, *LETTERBOX_KEY(meta))
@@ -444,6 +453,11 @@ def main(params_path):
     if p.parity_samples:
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
+    others = [f for f in p.formats if f != "onnx"] + (["torchscript"] if p.torchscript else [])
+    if task.export_batch(model) and others:
+        raise StageError(f"export: {meta['model']} exports only to ONNX, traced at a fixed "
+                         f"batch size ({', '.join(others)} not supported for it); set "
+                         f"export.formats: [onnx] and export.torchscript: false.")
     origin = provenance(params_path, task)
     widths = bucket_widths(p, task, meta)
     extra = {"width_buckets": listed_buckets(p, meta)} if task.dynamic_width else {}

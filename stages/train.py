@@ -289,7 +289,7 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             window.append(idx)
             with (torch.autocast(dev_type, dtype=dtype) if dtype else contextlib.nullcontext()):
-                loss = task.loss(model(xb), yb, p)
+                loss = task.forward_loss(model, xb, yb, p)
             scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
             (scaler.scale(scaled) if fp16 else scaled).backward()
             value = loss.item()

@@ -269,13 +269,12 @@ def load_onnx(path, threads: int = 0) -> Model:
         raise StageError(f"{path}: onnxruntime cannot load it: {exc}") from None
     props = session.get_modelmeta().custom_metadata_map
     task, meta, task_meta = task_and_meta(props, path)
-    output = session.get_outputs()[0].name
     model_meta = session.get_modelmeta()
     info = {"producer": model_meta.producer_name, "graph": model_meta.graph_name,
             "onnxruntime": ort.__version__}
+    from stages.lib.formats import batched
 
-    def run(x):
-        return session.run([output], {"input": x})[0]
+    run = batched(session)  # a fixed-batch graph (torchvision's detectors) image by image
 
     weights = json.loads(props["model_sha256"]) if "model_sha256" in props else ""
     return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,

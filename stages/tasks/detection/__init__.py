@@ -146,12 +146,17 @@ class Detection(Task):
     def build_model(self, name, meta):
         from stages.tasks.detection.model import build_model
 
-        return build_model(name, len(meta["classes"]), meta["channels"])
+        return build_model(name, len(meta["classes"]), meta["channels"], meta["image_size"])
 
     def head(self, model):
+        if getattr(model, "takes_targets", False):  # torchvision's: the class/box predictor
+            return ("detector.roi_heads.box_predictor" if "rcnn" in model.name
+                    else "detector.head")
         return "head"  # a conv block and the 1x1 conv to C heatmaps + 4 box maps
 
     def lora_targets(self, model):
+        if getattr(model, "takes_targets", False):
+            return ["detector.backbone*"]
         return ["stem", "c2", "c3", "c4", "c5", "lat", "smooth"]  # backbone and FPN neck
 
     def augment(self, x, y, p, seed):
@@ -163,6 +168,13 @@ class Detection(Task):
         from stages.tasks.detection.model import loss
 
         return loss(outputs, targets, outputs.shape[1] - 4)
+
+    def forward_loss(self, model, x, targets, p):
+        """torchvision's detectors (torchvision_detectors.py) take the targets in their
+        forward and return a dict of losses: called so (through DDP when wrapped), summed."""
+        if getattr(getattr(model, "module", model), "takes_targets", False):
+            return sum(model(x, targets).values())
+        return self.loss(model(x), targets, p)
 
     def val_sums(self, outputs, targets):
         """Eval-mode outputs are decoded detections: the metric is the batch's mAP50 (train
@@ -219,6 +231,10 @@ class Detection(Task):
                     agree[k] &= bool(gap[:, 4].max() <= SCORE_TOL)
             diff[k] = worst
         return diff, agree
+
+    def export_batch(self, model):
+        """torchvision's detectors take a Python list of images: they trace at batch 1."""
+        return 1 if any(getattr(m, "takes_targets", False) for m in model.modules()) else 0
 
     def export_metadata(self, params_path):
         """The decoding a consumer of the ONNX graph applies to its N x K x 6 rows: keep
