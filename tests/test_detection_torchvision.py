@@ -54,7 +54,7 @@ def test_torchvision_detector_trains_evaluates_and_exports(detection_project, tm
                 [db[k] for k in "x1 y1 x2 y2".split()], abs=0.05)
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", [*MODELS, "fcos_resnet50_fpn", "retinanet_resnet50_fpn"])
 def test_wrapper_takes_targets_in_train_and_gives_rows_in_eval(name):
     import torch
 
