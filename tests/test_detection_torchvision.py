@@ -106,6 +106,7 @@ def test_rows_pad_and_cut_to_top_k():
                                                                       pytest.approx(0.4), 0]]
     assert (out[2:, 4] == PAD_SCORE).all()
     assert rows(found, 1).shape == (1, 6)
+    assert rows(found, 4, offset=0)[:2, 5].tolist() == [3, 1]  # FCOS, RetinaNet: no background
     empty = {"boxes": torch.zeros(0, 4), "scores": torch.zeros(0),
              "labels": torch.zeros(0, dtype=torch.long)}
     assert (rows(empty, 3)[:, 4] == PAD_SCORE).all()
