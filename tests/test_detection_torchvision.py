@@ -45,7 +45,12 @@ def test_torchvision_detector_trains_evaluates_and_exports(detection_project, tm
                         "--batch-size", "3", cwd=run)
         assert proc.returncode == 0, proc.stderr
         rows[backend] = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows["torch"]) == 3
+    assert len(rows["torch"]) == 3 and any(r["boxes"] for r in rows["torch"])
+    default = tmp_path / "default.jsonl"  # no --score-threshold: the ONNX metadata's, 0.05
+    proc = run_tool("predict", *map(str, images), "--out", str(default), "--model",
+                    str(run / "models/model.onnx"), cwd=run)
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in default.read_text().splitlines()] == rows["onnxruntime"]
     for a, b in zip(rows["onnxruntime"], rows["torch"], strict=True):
         assert [d["label"] for d in a["boxes"]] == [d["label"] for d in b["boxes"]]
         for da, db in zip(a["boxes"], b["boxes"], strict=True):

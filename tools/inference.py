@@ -319,7 +319,8 @@ def task_and_meta(props: dict, path):
                          f"`python -m stages.export`.")
     return (task, {**{k: json.loads(props[k]) for k in META_KEYS},
                    "letterbox": json.loads(props.get("letterbox", "false"))},
-            {k: json.loads(props[k]) for k in task.meta_keys})
+            {k: json.loads(props[k]) for k in (*task.meta_keys, *task.decode_metadata)
+             if k in props or k in task.meta_keys})
 
 
 def load_openvino(path, threads: int = 0) -> Model:

@@ -199,6 +199,10 @@ class Task:
         decides itself; an item fails when it disagrees."""
         return None
 
+    # keys of export_metadata that predict and serve read into model.meta when an exported
+    # model carries them (detection: score_threshold, the default of --score-threshold)
+    decode_metadata: tuple = ()
+
     def export_batch(self, model) -> int:
         """0 (the default): model exports with torch.export (dynamo) and a dynamic batch
         axis. n > 0: it exports only by tracing (dynamo=False, opset 17) at a fixed batch

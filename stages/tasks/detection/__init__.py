@@ -232,6 +232,8 @@ class Detection(Task):
             diff[k] = worst
         return diff, agree
 
+    decode_metadata = ("score_threshold",)
+
     def export_batch(self, model):
         """torchvision's detectors take a Python list of images: they trace at batch 1."""
         return 1 if any(getattr(m, "takes_targets", False) for m in model.modules()) else 0
