@@ -154,3 +154,29 @@ def test_export_threshold_defaults_to_evaluate(tmp_path):
                                     "export": {"score_threshold": 0.25}}))
     assert export_threshold(path) == 0.25
     assert TASK.export_metadata(path)["score_threshold"] == 0.25
+
+
+def test_a_drafted_jpeg_letterboxes_with_the_original_geometry(tmp_path):
+    """serve decodes a JPEG over its memory budget at a reduced DCT scale: 901 x 401 at 1/4 is
+    226 x 101, whose own letterbox is 64 x 29 at row 17; the original's is 64 x 28 at row 18.
+    The drafted input follows the original's geometry (where predict's boxes go back through),
+    its box within 1 px of the full decode's."""
+    from stages.lib.images import load_image
+    from tools.inference import load_drafted
+
+    for size in ((901, 401), (345, 902)):
+        w, h = size
+        box = (w // 4, h // 4, w // 2, h // 2)
+        arr = np.full((h, w, 3), BACKGROUND, np.uint8)
+        arr[box[1]:box[3], box[0]:box[2]] = INK
+        path = tmp_path / f"{w}x{h}.jpg"
+        Image.fromarray(arr).save(path, quality=95)
+        full = load_image(path, SIDE, 3, LETTERBOX)
+        drafted = load_drafted(path, SIDE, 3, (-(-w // 4), -(-h // 4)), LETTERBOX)
+        assert drafted.source_size == size
+        left, top, nw, nh = letterbox_geometry(size, SIDE)
+        pad = np.ones((SIDE, SIDE), bool)
+        pad[top:top + nh, left:left + nw] = False
+        assert (np.asarray(drafted)[pad] == LETTERBOX_FILL).all()
+        assert not (np.asarray(drafted)[~pad] == LETTERBOX_FILL).all(axis=-1).any()
+        assert np.abs(np.array(ink_extent(drafted)) - ink_extent(full)).max() <= 1

@@ -195,7 +195,7 @@ def load_drafted(src, image_size: int, channels: int, draft, letterbox=False) ->
             return sized(load_image(src, image_size, channels, letterbox), size)
         with Image.open(src) as img:
             img.draft("L" if channels == 1 else "RGB", draft)
-            arr = fit(to_model_mode(img, channels), image_size, letterbox)
+            arr = fit(to_model_mode(img, channels), image_size, letterbox, size)
         return sized(arr.reshape(*input_hw(image_size), channels), size)
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")

@@ -236,17 +236,19 @@ def letterbox_geometry(size, side: int) -> tuple[int, int, int, int]:
     return (side - nw) // 2, (side - nh) // 2, nw, nh
 
 
-def fit(img, image_size, letterbox=False):
+def fit(img, image_size, letterbox=False, size=None):
     """The converted image resized to the model input: a square (squashed, or with letterbox
     its aspect kept and padded with LETTERBOX_FILL around it: letterbox_geometry), or a line
     (image_size [height, width]) scaled to the height with its aspect kept, squeezed to the
     width when wider, right-padded when narrower with the median of its border pixels (the
-    paper)."""
+    paper). size: the (w, h) the letterbox's geometry follows when img is a reduced decode
+    of a larger picture (a JPEG draft); img.size otherwise."""
     if not isinstance(image_size, (list, tuple)):
-        if not letterbox or img.width == img.height:  # a square letterboxes to the squash
+        size = size or img.size
+        if not letterbox or size[0] == size[1]:  # a square letterboxes to the squash
             return np.asarray(img.resize((image_size, image_size), Image.Resampling.BILINEAR),
                               dtype=np.uint8)
-        left, top, nw, nh = letterbox_geometry(img.size, image_size)
+        left, top, nw, nh = letterbox_geometry(size, image_size)
         arr = np.asarray(img.resize((nw, nh), Image.Resampling.BILINEAR), dtype=np.uint8)
         out = np.full((image_size, image_size, *arr.shape[2:]), LETTERBOX_FILL, np.uint8)
         out[top:top + nh, left:left + nw] = arr
