@@ -45,10 +45,11 @@ PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
 
 
-def LETTERBOX_KEY(meta) -> tuple:  # noqa: N802 (a key list, like PREPROCESSING_KEYS)
+def letterbox_key(meta) -> tuple:
     """("letterbox",) when the model records prepare.letterbox (detection always; any task
     where it is on): {"fill": 114, "align": "center"} or false. Absent: a squash resize."""
     return ("letterbox",) if "letterbox" in meta else ()
+
 
 TRACED_OPSET = 17  # a model exported by tracing (Task.export_batch): RoIAlign needs >= 16
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
@@ -184,7 +185,7 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
                               verbose=False, dynamic_shapes=(axes,))
         proto = onnx.load(str(path))
     strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
-    keys = (*task.meta_keys, *PREPROCESSING_KEYS, *LETTERBOX_KEY(meta))
+    keys = (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))
     metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
     for key in sorted(metadata):
         proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
@@ -217,7 +218,7 @@ def torchscript_bytes(model, meta, task) -> bytes:
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     buf = io.BytesIO()
     extra = {k: json.dumps(meta[k])
-             for k in (*task.meta_keys, *PREPROCESSING_KEYS, *LETTERBOX_KEY(meta))}
+             for k in (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))}
     # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
