@@ -60,7 +60,8 @@ def main(images, epochs, no_aug, threads):
     x = torch.from_numpy((np.stack(pixels).astype(np.float32) / 255 - 0.5) / 0.25).permute(
         0, 3, 1, 2).contiguous()
     y = torch.from_numpy(np.stack(targets))
-    meta = {"classes": ["circle", "square", "triangle"], "max_boxes": 8, "channels": 3}
+    meta = {"classes": ["circle", "square", "triangle"], "max_boxes": 8, "channels": 3,
+            "image_size": 160}
 
     set_deterministic(p.deterministic)
     run = setup(p, meta, TASK)
@@ -70,7 +71,7 @@ def main(images, epochs, no_aug, threads):
 
     def bare_step(idx) -> float:
         tic = time.perf_counter()
-        loss = TASK.loss(bare(x[idx]), y[idx], p)
+        loss = TASK.forward_loss(bare, x[idx], y[idx], p)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

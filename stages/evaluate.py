@@ -59,7 +59,7 @@ def main(params_path):
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
         old, old_meta = load_model(p.compare_with)
-        keys = ("task", *task.meta_keys, "image_size", "channels")
+        keys = ("task", *task.meta_keys, "image_size", "channels", "letterbox")
         differ = [k for k in keys if old_meta.get(k) != meta.get(k)]
         if differ:
             raise StageError(f"evaluate.compare_with: {p.compare_with} was trained with other "

@@ -43,6 +43,15 @@ CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/images.py",
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
+
+
+def letterbox_key(meta) -> tuple:
+    """("letterbox",) when the model records prepare.letterbox (detection always; any task
+    where it is on): {"fill": 114, "align": "center"} or false. Absent: a squash resize."""
+    return ("letterbox",) if "letterbox" in meta else ()
+
+
+TRACED_OPSET = 17  # a model exported by tracing (Task.export_batch): RoIAlign needs >= 16
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
 # selecting a format leaves model.onnx's bytes as they were.
 FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
@@ -68,6 +77,10 @@ def provenance(params_path, task) -> dict:
         del sections["export"]["width_buckets"]
     if not sections["prepare"]["width_buckets"]:
         del sections["prepare"]["width_buckets"]
+    if sections["prepare"]["letterbox"] == "auto":  # the default: hashed as before it existed
+        del sections["prepare"]["letterbox"]
+    if sections["export"]["score_threshold"] is None:  # the default (evaluate's): likewise
+        del sections["export"]["score_threshold"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
     return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
@@ -156,15 +169,23 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     axes = {0: torch.export.Dim("batch")}
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
+    fixed = task.export_batch(model)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = Path(tmp) / "model.onnx"
-        torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
-                          output_names=list(task.output_names), external_data=False,
-                          verbose=False, dynamic_shapes=(axes,))
+        if fixed:  # traced (torchvision's detectors): a seeded example, so it finds boxes
+            example = torch.randn(fixed, *example.shape[1:],
+                                  generator=torch.Generator().manual_seed(0))
+            torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
+                              output_names=list(task.output_names), external_data=False,
+                              verbose=False, dynamo=False, opset_version=TRACED_OPSET)
+        else:
+            torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
+                              output_names=list(task.output_names), external_data=False,
+                              verbose=False, dynamic_shapes=(axes,))
         proto = onnx.load(str(path))
     strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
-    keys = (*task.meta_keys, *PREPROCESSING_KEYS)
+    keys = (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))
     metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
     for key in sorted(metadata):
         proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
@@ -196,7 +217,8 @@ def torchscript_bytes(model, meta, task) -> bytes:
 
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     buf = io.BytesIO()
-    extra = {k: json.dumps(meta[k]) for k in (*task.meta_keys, *PREPROCESSING_KEYS)}
+    extra = {k: json.dumps(meta[k])
+             for k in (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))}
     # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
@@ -432,6 +454,11 @@ def main(params_path):
     if p.parity_samples:
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
+    others = [f for f in p.formats if f != "onnx"] + (["torchscript"] if p.torchscript else [])
+    if task.export_batch(model) and others:
+        raise StageError(f"export: {meta['model']} exports only to ONNX, traced at a fixed "
+                         f"batch size ({', '.join(others)} not supported for it); set "
+                         f"export.formats: [onnx] and export.torchscript: false.")
     origin = provenance(params_path, task)
     widths = bucket_widths(p, task, meta)
     extra = {"width_buckets": listed_buckets(p, meta)} if task.dynamic_width else {}

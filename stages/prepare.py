@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.io import read_csv, write_json
+from stages.lib.io import StageError, read_csv, write_json
 from stages.lib.params import load, params_option
 
 SPLIT_DIR = Path("data/split")
@@ -47,7 +47,20 @@ def init_worker(params_path, meta, source, image_size, channels, facts, norm, wi
     task = current(params_path)
     _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
                    source=Path(source), image_size=image_size, channels=channels, facts=facts,
-                   norm=norm, width_buckets=list(width_buckets))
+                   norm=norm, width_buckets=list(width_buckets),
+                   letterbox=bool(meta.get("letterbox")), sized=task.encoder_takes_size)
+
+
+def resolve_letterbox(p, task) -> bool:
+    """prepare.letterbox: auto is the task's default (detection: on; the others: off)."""
+    from stages.lib.params import AUTO
+
+    on = bool(task.letterbox) if p.letterbox == AUTO else p.letterbox
+    if on and (task.letterbox is None or p.height):
+        what = "text lines (prepare.height)" if p.height else f"task {task.name}"
+        raise StageError(f"prepare.letterbox: true is not supported for {what}: its targets "
+                         f"do not follow a letterbox; set prepare.letterbox to auto or false.")
+    return on
 
 
 def line_buckets(rows, source: Path, image_size, width_buckets):
@@ -66,15 +79,18 @@ def line_buckets(rows, source: Path, image_size, width_buckets):
     return out
 
 
-def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None):
-    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target.
+def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
+                  letterbox=False, sized=False):
+    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
+    (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
+    which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
     facts: a list that gets each file's (shorter side, grey) from the header this decode opens
     (prepare's hints, without a second pass over the files)."""
     import numpy as np
     from PIL import Image
 
     from stages.lib.autoprep import grey_header
-    from stages.lib.images import input_hw, model_input
+    from stages.lib.images import input_hw, model_input, upright_size
 
     x = np.zeros((len(rows), *input_hw(image_size), channels), dtype=np.uint8)
     y = []
@@ -82,8 +98,9 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts
         with Image.open(source / r["path"]) as img:  # what load_image does, header kept
             if facts is not None:
                 facts.append((min(img.size), grey_header(img)))
-            x[i] = model_input(img, image_size, channels)
-        y.append(encode(r, x[i]))
+            size = upright_size(img)
+            x[i] = model_input(img, image_size, channels, letterbox)
+        y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
     return x, np.array(y, dtype=dtype)
 
 
@@ -97,7 +114,7 @@ def write_shard(job) -> tuple:
     w = _WORKER
     facts = [] if w["facts"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts)
+                         w["channels"], facts, w["letterbox"], w["sized"])
     save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
     save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
     if w["width_buckets"]:
@@ -191,9 +208,11 @@ def write_shards(splits, params_path, meta, source, p, workers: int, image_size:
 def main(params_path):
     """Decode, convert and resize the split images into shards under data/processed/.
 
-    Reads `task`, `data.source` and `prepare.{image_size,channels,mean,std,shard_size,workers}`
-    from the params file; `auto` image_size, channels, mean and std are chosen from the data
-    (stages/lib/autoprep.py), one printed line per setting says what and why.
+    Reads `task`, `data.source` and
+    `prepare.{image_size,channels,mean,std,shard_size,workers,letterbox}` from the params
+    file; `auto` image_size, channels, mean and std are chosen from the data
+    (stages/lib/autoprep.py), one printed line per setting says what and why; letterbox auto
+    is the task's default (detection: on).
     """
     from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
     from stages.lib.params import AUTO
@@ -204,6 +223,11 @@ def main(params_path):
     task = current(params_path)
     splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
     meta = task.prepare_meta(splits)
+    letterbox = resolve_letterbox(p, task)
+    if letterbox or task.letterbox:  # recorded where it is on, and always for detection
+        from stages.lib.images import LETTERBOX
+
+        meta["letterbox"] = LETTERBOX if letterbox else False
     task.encoder({**meta, "source": str(source)})  # fail here, not in a worker
     workers = p.workers or cpu_count()
     every = sum(len(r) for r in splits.values())

@@ -289,7 +289,7 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             window.append(idx)
             with (torch.autocast(dev_type, dtype=dtype) if dtype else contextlib.nullcontext()):
-                loss = task.loss(model(xb), yb, p)
+                loss = task.forward_loss(model, xb, yb, p)
             scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
             (scaler.scale(scaled) if fp16 else scaled).backward()
             value = loss.item()
@@ -679,7 +679,8 @@ def main(params_path):
         # LoRA: the adapters merged into plain weights; checked on a validation batch
         probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
         model, merge_diff = finetune.merged(run["model"], p, probe)
-        keys = (*task.meta_keys, "image_size", "channels", "mean", "std")
+        keys = (*task.meta_keys, "image_size", "channels", "mean", "std",
+                *(["letterbox"] if "letterbox" in meta else []))  # prepare.letterbox
         buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
         save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
                                   "task": task.name, **buckets})

@@ -75,15 +75,20 @@ def test_predict_rows_carry_boxes_in_original_pixels(detection_project, tmp_path
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["path"] for r in rows] == [str(wide), str(src)]
     model = load("onnxruntime", p / "models/model.onnx")
-    raw = model.logits(read_image(wide, model.image_size, model.channels)[None])[0]
+    assert model.letterbox == {"fill": 114, "align": "center"}  # detection's default
+    raw = model.logits(read_image(wide, model.image_size, model.channels,
+                                  letterbox=model.letterbox)[None])[0]
     expected = detections(raw, 0.01)
     boxes = rows[0]["boxes"]
     assert len(boxes) == len(expected) > 0
     for box, d in zip(boxes, expected, strict=True):
         assert box["label"] in ("circle", "square", "triangle")
         assert box["score"] == pytest.approx(float(d[4]), abs=1e-5)
-        scale = np.array([300, 120, 300, 120]) / model.image_size
-        want = np.clip(d[:4] * scale, 0, [300, 120, 300, 120])
+        # letterboxed: 300 x 120 -> 64 x 26 (120 * 64 / 300 = 25.6), 19 grey rows above
+        side = model.image_size
+        assert side == 64
+        want = np.clip((d[:4] - [0, 19, 0, 19]) * [300 / 64, 120 / 26, 300 / 64, 120 / 26],
+                       0, [300, 120, 300, 120])
         assert [box[k] for k in ("x1", "y1", "x2", "y2")] == pytest.approx(want, abs=0.01)
     none = tmp_path / "none.jsonl"
     proc = run_tool("predict", str(src), "--out", str(none), "--model",

@@ -1,6 +1,6 @@
 """Detection (issue 18) outs added after the first version, on the shared tiny run
 (detection_project): per-image class counts in metrics/validation.json, and the decoding's
-score and NMS thresholds in the ONNX metadata."""
+score and NMS thresholds and the letterbox in the ONNX metadata."""
 import json
 from collections import Counter
 
@@ -36,8 +36,13 @@ def test_onnx_metadata_carries_the_decoding_thresholds(detection_project):
     p = detection_project
     params = yaml.safe_load((p / "params.yaml").read_text())
     meta = {m.key: json.loads(m.value) for m in onnx.load(p / "models/model.onnx").metadata_props}
+    assert params["export"]["score_threshold"] is None  # null: evaluate's
     assert meta["score_threshold"] == params["evaluate"]["score_threshold"]
     assert meta["nms_iou"] == NMS_IOU
+    # the preprocessing a consumer repeats: the input size and the letterbox (prepare's)
+    assert meta["image_size"] == 64 and meta["letterbox"] == {"fill": 114, "align": "center"}
+    processed = json.loads((p / "data/processed/meta.json").read_text())
+    assert processed["letterbox"] == meta["letterbox"]
 
 
 def test_parity_matches_degenerate_boxes_by_their_corners():

@@ -74,7 +74,8 @@ def sized(pixels: np.ndarray, size) -> np.ndarray:
     return out
 
 
-def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS) -> np.ndarray:
+def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS,
+               letterbox=False) -> np.ndarray:
     """uint8 HxWxC from a path or a binary file object; raise BadImage naming what is wrong.
 
     The header is read first: an image whose width x height exceeds max_pixels is refused
@@ -82,14 +83,15 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
     """
     from PIL import Image, UnidentifiedImageError
 
-    from stages.lib.images import load_image
+    from stages.lib.images import load_image, upright_size
 
     if isinstance(src, (str, os.PathLike)):
         with open_regular(src) as f:
-            return read_image(f, image_size, channels, max_pixels)
+            return read_image(f, image_size, channels, max_pixels, letterbox)
     try:
         with Image.open(src) as img:
             width, height = img.size
+            upright = upright_size(img)
     except UnidentifiedImageError:
         raise BadImage("not_image", "not an image Pillow can read") from None
     except Image.DecompressionBombError as exc:
@@ -105,7 +107,7 @@ def read_image(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS
     if hasattr(src, "seek"):
         src.seek(0)
     try:
-        return sized(load_image(src, image_size, channels), (width, height))
+        return sized(load_image(src, image_size, channels, letterbox), upright)
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadImage("corrupt", message) from None
@@ -177,23 +179,23 @@ def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size
                                 f"{budget / 2**20:.0f} MiB")
 
 
-def load_drafted(src, image_size: int, channels: int, draft) -> np.ndarray:
+def load_drafted(src, image_size: int, channels: int, draft, letterbox=False) -> np.ndarray:
     """load_image, with the JPEG decoded at the reduced scale read_header chose (draft: a size
     or None): uint8 HxWxC; BadImage when it fails."""
     from PIL import Image
 
-    from stages.lib.images import fit, input_hw, load_image, to_model_mode
+    from stages.lib.images import fit, input_hw, load_image, to_model_mode, upright_size
 
     try:
         with Image.open(src) as img:
-            size = img.size
+            size = upright_size(img)
         if hasattr(src, "seek"):
             src.seek(0)
         if draft is None:
-            return sized(load_image(src, image_size, channels), size)
+            return sized(load_image(src, image_size, channels, letterbox), size)
         with Image.open(src) as img:
             img.draft("L" if channels == 1 else "RGB", draft)
-            arr = fit(to_model_mode(img, channels), image_size)
+            arr = fit(to_model_mode(img, channels), image_size, letterbox, size)
         return sized(arr.reshape(*input_hw(image_size), channels), size)
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
@@ -222,6 +224,9 @@ class Model:
     # export.width_buckets of a model that takes any input width (its ONNX metadata): each
     # input runs at the smallest of these widths that holds it; [] = image_size's width
     width_buckets: list = field(default_factory=list)
+    # prepare.letterbox as the model was trained ({"fill", "align"} or False: squash): inputs
+    # are resized the same way, and detection's boxes go back through it
+    letterbox: object = False
 
     def __post_init__(self):
         if self.task is None:
@@ -264,13 +269,12 @@ def load_onnx(path, threads: int = 0) -> Model:
         raise StageError(f"{path}: onnxruntime cannot load it: {exc}") from None
     props = session.get_modelmeta().custom_metadata_map
     task, meta, task_meta = task_and_meta(props, path)
-    output = session.get_outputs()[0].name
     model_meta = session.get_modelmeta()
     info = {"producer": model_meta.producer_name, "graph": model_meta.graph_name,
             "onnxruntime": ort.__version__}
+    from stages.lib.formats import batched
 
-    def run(x):
-        return session.run([output], {"input": x})[0]
+    run = batched(session)  # a fixed-batch graph (torchvision's detectors) image by image
 
     weights = json.loads(props["model_sha256"]) if "model_sha256" in props else ""
     return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,
@@ -299,7 +303,7 @@ def load_torch(path, threads: int = 0) -> Model:
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
                  task=task, meta={k: meta[k] for k in task.meta_keys},
                  width_buckets=meta.get("width_buckets", []),  # prepare.width_buckets' list
-                 **{k: meta[k] for k in META_KEYS})
+                 letterbox=meta.get("letterbox", False), **{k: meta[k] for k in META_KEYS})
 
 
 def task_and_meta(props: dict, path):
@@ -313,8 +317,10 @@ def task_and_meta(props: dict, path):
     if missing:
         raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
                          f"`python -m stages.export`.")
-    return (task, {k: json.loads(props[k]) for k in META_KEYS},
-            {k: json.loads(props[k]) for k in task.meta_keys})
+    return (task, {**{k: json.loads(props[k]) for k in META_KEYS},
+                   "letterbox": json.loads(props.get("letterbox", "false"))},
+            {k: json.loads(props[k]) for k in (*task.meta_keys, *task.decode_metadata)
+             if k in props or k in task.meta_keys})
 
 
 def load_openvino(path, threads: int = 0) -> Model:
@@ -356,7 +362,7 @@ def decode(model: Model, outputs: np.ndarray, k: int, sizes=None) -> list[dict]:
     decodes them (classification: label, score = its softmax probability, and the k most
     probable classes as topk, best first). The one place outputs become predictions
     (predict's rows, serve's answers)."""
-    meta = {**model.meta, "image_size": model.image_size,
+    meta = {**model.meta, "image_size": model.image_size, "letterbox": model.letterbox,
             "source_sizes": sizes or [None] * len(outputs)}
     return model.task.decode(outputs, meta, k)
 

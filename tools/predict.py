@@ -598,7 +598,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
             else:
                 try:
                     batch.append((path, read_image(path, model.image_size, model.channels,
-                                                   max_pixels), ""))
+                                                   max_pixels, model.letterbox), ""))
                 except BadImage as exc:
                     batch.append((path, None, f"{exc.kind}: {exc}"))
             if len(batch) >= batch_size:

@@ -363,7 +363,8 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                 await budget.acquire(cost)
                 try:
                     images.append(await loop.run_in_executor(app.state.decoders, partial(
-                        load_drafted, source, model.image_size, model.channels, draft)))
+                        load_drafted, source, model.image_size, model.channels, draft,
+                        model.letterbox)))
                     errors.append(None)
                 finally:
                     await budget.release(cost)

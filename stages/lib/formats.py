@@ -193,8 +193,25 @@ def onnx_runner(model, threads: int = 0):
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
                                    providers=["CPUExecutionProvider"])
+    return batched(session)
+
+
+def batched(session):
+    """run(x) -> the session's first output; a graph with a fixed batch size (a traced
+    torchvision detector: 1) is fed that many images at a time."""
+    import numpy as np
+
     first = session.get_outputs()[0].name
-    return lambda x: session.run([first], {"input": x})[0]
+    fixed = session.get_inputs()[0].shape[0]
+    fixed = fixed if isinstance(fixed, int) and fixed > 0 else 0
+
+    def run(x):
+        if not fixed or len(x) == fixed:
+            return session.run([first], {"input": x})[0]
+        return np.concatenate([session.run([first], {"input": x[i:i + fixed]})[0]
+                               for i in range(0, len(x), fixed)])
+
+    return run
 
 
 def openvino_model(xml, weights=None):

@@ -211,13 +211,48 @@ def bucket_of(scaled: int, buckets) -> int:
     return next((b for b in buckets if b >= scaled), buckets[-1])
 
 
-def fit(img, image_size):
-    """The converted image resized to the model input: a square, or a line (image_size
-    [height, width]) scaled to the height with its aspect kept, squeezed to the width when
-    wider, right-padded when narrower with the median of its border pixels (the paper)."""
+LETTERBOX_FILL = 114  # the grey a letterboxed input is padded with (YOLO's), every channel
+# what meta.json, model.pt and the ONNX metadata record for a letterboxed input (False: squash)
+LETTERBOX = {"fill": LETTERBOX_FILL, "align": "center"}
+
+
+def upright_size(img) -> tuple[int, int]:
+    """(width, height) of an opened image as to_model_mode turns it: an EXIF orientation of 5
+    to 8 (a quarter turn) swaps the header's width and height."""
+    w, h = img.size
+    return (h, w) if img.getexif().get(ORIENTATION, 1) in (5, 6, 7, 8) else (w, h)
+
+
+def letterbox_geometry(size, side: int) -> tuple[int, int, int, int]:
+    """(left, top, width, height) of a w x h image letterboxed into a side x side input: its
+    longer side scaled to `side`, aspect kept (each side rounded, at least 1 px), centred (the
+    odd pixel of padding goes right or below). A point (x, y) of the image lands at
+    (left + x * width / w, top + y * height / h): Pillow's resize maps pixel edges exactly so.
+    A square image fills the input: (0, 0, side, side), the squash resize's own geometry."""
+    w, h = size
+    scale = side / max(w, h)
+    nw = side if w >= h else min(side, max(1, round(w * scale)))
+    nh = side if h >= w else min(side, max(1, round(h * scale)))
+    return (side - nw) // 2, (side - nh) // 2, nw, nh
+
+
+def fit(img, image_size, letterbox=False, size=None):
+    """The converted image resized to the model input: a square (squashed, or with letterbox
+    its aspect kept and padded with LETTERBOX_FILL around it: letterbox_geometry), or a line
+    (image_size [height, width]) scaled to the height with its aspect kept, squeezed to the
+    width when wider, right-padded when narrower with the median of its border pixels (the
+    paper). size: the (w, h) the letterbox's geometry follows when img is a reduced decode
+    of a larger picture (a JPEG draft); img.size otherwise."""
     if not isinstance(image_size, (list, tuple)):
-        return np.asarray(img.resize((image_size, image_size), Image.Resampling.BILINEAR),
-                          dtype=np.uint8)
+        size = size or img.size
+        if not letterbox or size[0] == size[1]:  # a square letterboxes to the squash
+            return np.asarray(img.resize((image_size, image_size), Image.Resampling.BILINEAR),
+                              dtype=np.uint8)
+        left, top, nw, nh = letterbox_geometry(size, image_size)
+        arr = np.asarray(img.resize((nw, nh), Image.Resampling.BILINEAR), dtype=np.uint8)
+        out = np.full((image_size, image_size, *arr.shape[2:]), LETTERBOX_FILL, np.uint8)
+        out[top:top + nh, left:left + nw] = arr
+        return out
     height, width = input_hw(image_size)
     scaled = line_width(img.size, image_size)
     arr = np.asarray(img.resize((scaled, height), Image.Resampling.BILINEAR), dtype=np.uint8)
@@ -232,15 +267,16 @@ def fit(img, image_size):
     return out.reshape((height, width, *arr.shape[2:]))
 
 
-def load_image(path, image_size, channels: int) -> np.ndarray:
+def load_image(path, image_size, channels: int, letterbox=False) -> np.ndarray:
     """Decode, convert to grey or RGB, and resize (fit) to the model input: uint8 HxWxC."""
     with Image.open(path) as img:
-        return model_input(img, image_size, channels)
+        return model_input(img, image_size, channels, letterbox)
 
 
-def model_input(img, image_size, channels: int) -> np.ndarray:
+def model_input(img, image_size, channels: int, letterbox=False) -> np.ndarray:
     """An opened image converted and resized (fit) to the model input: uint8 HxWxC."""
-    return fit(to_model_mode(img, channels), image_size).reshape(*input_hw(image_size), channels)
+    return fit(to_model_mode(img, channels), image_size, letterbox).reshape(
+        *input_hw(image_size), channels)
 
 
 def normalize(batch: np.ndarray, mean, std) -> np.ndarray:

@@ -112,9 +112,15 @@ class Prepare:
     # with height: widths (px, ascending, each < width) a line is cropped to in training and
     # evaluation (the smallest that holds it; `width` is the last); [] = every line at `width`
     width_buckets: list[int] = knob([])
+    # square inputs: true keeps the aspect, scales the longer side to image_size and pads the
+    # rest (grey 114, centred); false squashes; auto = the task's default (detection: true)
+    letterbox: bool | str = AUTO
 
     def problems(self) -> list[str]:
         out = []
+        if isinstance(self.letterbox, str) and self.letterbox != AUTO:
+            out.append(f"`prepare.letterbox` must be true, false or auto, got "
+                       f"{self.letterbox!r}")
         if self.height and self.width < self.height:
             out.append(f"prepare.width must be at least prepare.height ({self.height}) when "
                        f"prepare.height is set, got {self.width}")
@@ -254,9 +260,17 @@ class Export:
     # trained width) predict and serve run each input at (the smallest that holds it, else the
     # largest), parity checked at each; [] = the trained width only
     width_buckets: list[int] = knob([])
+    # detection: the parity gate matches detections at or above this score, and the ONNX
+    # metadata carries it as the decoding's threshold (predict's and serve's default);
+    # null = evaluate.score_threshold
+    score_threshold: float | None = None
 
     def problems(self) -> list[str]:
         from stages.lib.formats import FORMATS
+
+        if self.score_threshold is not None and not 0.0 <= self.score_threshold <= 1.0:
+            return [f"`export.score_threshold` must be between 0 and 1 (or null: "
+                    f"evaluate.score_threshold), got {self.score_threshold!r}"]
 
         unknown = [f for f in self.formats if f not in FORMATS]
         if unknown:
@@ -294,7 +308,7 @@ STAGE_PARAMS = {
     "train": ("train",),
     "evaluate": ("evaluate",),
     # hashed into the ONNX metadata; evaluate: each format's test metric with export.formats,
-    # and detection's parity gate matches boxes above evaluate.score_threshold
+    # and detection's export.score_threshold when null (evaluate.score_threshold)
     "export": ("data", "split", "prepare", "train", "evaluate", "export"),
 }
 

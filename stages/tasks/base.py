@@ -123,6 +123,13 @@ class Task:
         """The task's part of meta.json (its meta_keys), from {split: rows}."""
         return {}
 
+    # prepare.letterbox: None = not supported (the targets would not follow the padding),
+    # False = supported and off by default (auto), True = on by default
+    letterbox = None
+    # True: the encoder is called encode(row, pixels, size), size the image's upright
+    # (width, height) before the resize (what a letterbox's geometry needs)
+    encoder_takes_size = False
+
     def encoder(self, meta: dict):
         """A function (row, pixels) -> the stored target of one sample (pixels: its uint8
         HxWxC model input), given the task's meta. At prepare time meta also holds "source",
@@ -160,6 +167,12 @@ class Task:
         """The training loss (a scalar tensor) of one batch."""
         raise NotImplementedError
 
+    def forward_loss(self, model, x, targets, p):
+        """One train step's forward and loss, as the shared loop calls it (under autocast;
+        model may be DDP-wrapped). Default: loss(model(x), targets). A model that needs the
+        targets in its forward (torchvision's detectors) is called here instead."""
+        return self.loss(model(x), targets, p)
+
     def val_sums(self, outputs, targets) -> tuple:
         """(sum of the loss, sum of the metric) over a validation batch; train divides by n."""
         raise NotImplementedError
@@ -185,6 +198,17 @@ class Task:
         outputs are not comparable element by element (detection: boxes matched one to one)
         decides itself; an item fails when it disagrees."""
         return None
+
+    # keys of export_metadata that predict and serve read into model.meta when an exported
+    # model carries them (detection: score_threshold, the default of --score-threshold)
+    decode_metadata: tuple = ()
+
+    def export_batch(self, model) -> int:
+        """0 (the default): model exports with torch.export (dynamo) and a dynamic batch
+        axis. n > 0: it exports only by tracing (dynamo=False, opset 17) at a fixed batch
+        size of n (torchvision's detectors: 1); the ONNX runners feed it n images at a time,
+        and the other formats (TorchScript, OpenVINO, int8, TensorRT) are refused."""
+        return 0
 
     def export_metadata(self, params_path) -> dict:
         """Extra ONNX metadata of the task's (detection: the decoding's score and NMS

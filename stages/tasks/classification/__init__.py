@@ -11,6 +11,7 @@ class Classification(Task):
     annotation_errors = ("empty_folder", "missing", "unlabelled")
     meta_keys = ("classes",)
     target_dtype = "int64"
+    letterbox = False  # prepare.letterbox may be set: a class does not move with pixels
     val_metric = "acc"
     agreement_name = "top1_agreement"
     headline_metric = "accuracy"

@@ -113,19 +113,30 @@ class Detection(Task):
                    default=0)
         return {"classes": classes, "max_boxes": max(1, most)}
 
+    letterbox = True  # prepare.letterbox auto: boxes keep their shape
+    encoder_takes_size = True
+
     def encoder(self, meta):
         import numpy as np
 
+        from stages.lib.images import letterbox_geometry
+
         index = {c: i for i, c in enumerate(meta["classes"])}
         most = meta["max_boxes"]
+        letterbox = bool(meta.get("letterbox"))
 
-        def encode(row, pixels):
-            """max_boxes x 5 [class, x1, y1, x2, y2] in the stored image's pixels; -1 pads."""
+        def encode(row, pixels, size=None):
+            """max_boxes x 5 [class, x1, y1, x2, y2] in the stored image's pixels; -1 pads.
+            The normalised boxes go where the resize put the image: the whole input
+            (squash), or the letterbox's scaled image (size: the upright (w, h) resized)."""
             h, w = pixels.shape[:2]
+            left, top = 0, 0
+            if letterbox and size is not None:
+                left, top, w, h = letterbox_geometry(size, w)
             out = np.full((most, 5), -1, dtype=np.float32)
             for k, (_, label, xc, yc, bw, bh) in enumerate(checks.boxes_of(row)):
-                out[k] = (index[label], (xc - bw / 2) * w, (yc - bh / 2) * h,
-                          (xc + bw / 2) * w, (yc + bh / 2) * h)
+                out[k] = (index[label], left + (xc - bw / 2) * w, top + (yc - bh / 2) * h,
+                          left + (xc + bw / 2) * w, top + (yc + bh / 2) * h)
             return out
 
         return encode
@@ -135,12 +146,17 @@ class Detection(Task):
     def build_model(self, name, meta):
         from stages.tasks.detection.model import build_model
 
-        return build_model(name, len(meta["classes"]), meta["channels"])
+        return build_model(name, len(meta["classes"]), meta["channels"], meta["image_size"])
 
     def head(self, model):
+        if getattr(model, "takes_targets", False):  # torchvision's: the class/box predictor
+            return ("detector.roi_heads.box_predictor" if "rcnn" in model.name
+                    else "detector.head")
         return "head"  # a conv block and the 1x1 conv to C heatmaps + 4 box maps
 
     def lora_targets(self, model):
+        if getattr(model, "takes_targets", False):
+            return ["detector.backbone*"]
         return ["stem", "c2", "c3", "c4", "c5", "lat", "smooth"]  # backbone and FPN neck
 
     def augment(self, x, y, p, seed):
@@ -152,6 +168,13 @@ class Detection(Task):
         from stages.tasks.detection.model import loss
 
         return loss(outputs, targets, outputs.shape[1] - 4)
+
+    def forward_loss(self, model, x, targets, p):
+        """torchvision's detectors (torchvision_detectors.py) take the targets in their
+        forward and return a dict of losses: called so (through DDP when wrapped), summed."""
+        if getattr(getattr(model, "module", model), "takes_targets", False):
+            return sum(model(x, targets).values())
+        return self.loss(model(x), targets, p)
 
     def val_sums(self, outputs, targets):
         """Eval-mode outputs are decoded detections: the metric is the batch's mAP50 (train
@@ -178,7 +201,8 @@ class Detection(Task):
 
     def parity(self, reference, candidate, params_path):
         """Per image: (max |difference| of the matched detections' boxes and scores, whether
-        they agree). Every detection at or above evaluate.score_threshold on either side must
+        they agree). Every detection at or above export.score_threshold (null:
+        evaluate.score_threshold) on either side must
         match one on the other side (IoU >= 0.99 or every corner within CORNER_TOL pixels, as
         a degenerate box has no IoU; same class, score within SCORE_TOL; the
         other side's list is taken down to threshold - SCORE_TOL, so a score that rounds
@@ -186,10 +210,9 @@ class Detection(Task):
         difference. The same decoding (threshold, NMS) as evaluate, predict and serve."""
         import numpy as np
 
-        from stages.lib.params import load
         from stages.tasks.detection.boxes import detections, match
 
-        t = load("evaluate", params_path).score_threshold
+        t = export_threshold(params_path)
         loose = max(0.0, t - SCORE_TOL)
         diff = np.zeros(len(reference))
         agree = np.ones(len(reference), dtype=bool)
@@ -209,15 +232,20 @@ class Detection(Task):
             diff[k] = worst
         return diff, agree
 
+    decode_metadata = ("score_threshold",)
+
+    def export_batch(self, model):
+        """torchvision's detectors take a Python list of images: they trace at batch 1."""
+        return 1 if any(getattr(m, "takes_targets", False) for m in model.modules()) else 0
+
     def export_metadata(self, params_path):
         """The decoding a consumer of the ONNX graph applies to its N x K x 6 rows: keep
-        scores >= score_threshold (evaluate.score_threshold, also predict's and serve's
-        default), then class-wise NMS at nms_iou."""
-        from stages.lib.params import load
+        scores >= score_threshold (export.score_threshold, or evaluate's when null; also
+        predict's and serve's default), then class-wise NMS at nms_iou. (The letterbox
+        and input size are the model's preprocessing keys, written beside these.)"""
         from stages.tasks.detection.boxes import NMS_IOU
 
-        return {"score_threshold": load("evaluate", params_path).score_threshold,
-                "nms_iou": NMS_IOU}
+        return {"score_threshold": export_threshold(params_path), "nms_iou": NMS_IOU}
 
     def describe(self, outputs_row):
         from stages.tasks.detection.boxes import detections
@@ -249,6 +277,14 @@ class Detection(Task):
         from stages.tasks.detection import report
 
         return report.sections(facts)
+
+
+def export_threshold(params_path) -> float:
+    """export.score_threshold, or evaluate.score_threshold when it is null."""
+    from stages.lib.params import load
+
+    own = load("export", params_path).score_threshold
+    return load("evaluate", params_path).score_threshold if own is None else own
 
 
 TASK = Detection()

@@ -68,15 +68,20 @@ def match(reference: np.ndarray, candidate: np.ndarray, min_iou: float,
     return pairs, len(reference) + len(candidate) - 2 * len(pairs)
 
 
-def to_original(dets: np.ndarray, image_size: int, size) -> np.ndarray:
-    """Boxes from model-input pixels (a square image_size resize) to the original image's
-    pixels (size: (width, height)), clipped to the image."""
+def to_original(dets: np.ndarray, image_size: int, size, letterbox=False) -> np.ndarray:
+    """Boxes from model-input pixels (a square image_size input: squashed, or letterboxed,
+    stages.lib.images.letterbox_geometry) to the original image's pixels (size: its upright
+    (width, height)), the padding taken off and the scale undone, clipped to the image."""
+    from stages.lib.images import letterbox_geometry
+
     out = np.asarray(dets, np.float64).copy()
     if not len(out) or size is None:
         return out
     w, h = size
-    out[:, [0, 2]] = np.clip(out[:, [0, 2]] * w / image_size, 0, w)
-    out[:, [1, 3]] = np.clip(out[:, [1, 3]] * h / image_size, 0, h)
+    left, top, sw, sh = (letterbox_geometry(size, image_size) if letterbox
+                         else (0, 0, image_size, image_size))
+    out[:, [0, 2]] = np.clip((out[:, [0, 2]] - left) * w / sw, 0, w)
+    out[:, [1, 3]] = np.clip((out[:, [1, 3]] - top) * h / sh, 0, h)
     return out
 
 

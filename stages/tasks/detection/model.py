@@ -141,11 +141,20 @@ def loss(outputs, targets, num_classes: int):
     return (focal + 0.1 * size_l1 + off_l1 + 2.0 * giou_loss) / boxes
 
 
-def build_model(name: str, num_classes: int, channels: int):
+def build_model(name: str, num_classes: int, channels: int, image_size: int = 160):
+    """centernet_small (ours), or one of torchvision's detectors by name
+    (torchvision_detectors.py: from scratch, 3 channels)."""
+    from stages.tasks.detection.torchvision_detectors import DETECTORS, TorchvisionDetector
+
     if name == CENTERNET:
         return CenterNet(num_classes, channels)
     from stages.lib.io import StageError
 
+    if name in DETECTORS:
+        if channels != 3:
+            raise StageError(f"train.model: {name} takes RGB images; set prepare.channels: 3 "
+                             f"(it is {channels}).")
+        return TorchvisionDetector(name, num_classes, int(image_size))
     raise StageError(f"train.model: {name!r} is not a detector this task knows; use "
-                     f"{CENTERNET!r} (torchvision's detectors are not wired in: on CPU they "
-                     f"train at 1-10 images/s, see the README's detection section).")
+                     f"{CENTERNET!r} (ours, the default) or one of torchvision's: "
+                     f"{', '.join(DETECTORS)}.")
