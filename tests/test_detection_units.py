@@ -139,3 +139,21 @@ def test_model_decodes_fixed_size_rows():
     out = net.eval()(x)
     assert out.shape == (2, 64, 6)
     assert ((out[..., 5] >= 0) & (out[..., 5] < 3)).all()
+
+
+def test_centernet_sizes_by_name_share_one_network():
+    """train.model: centernet_small and centernet_medium are the same CenterNet, wider; both
+    decode to N x 64 x 6 rows in eval mode, and the head keeps its name (Task.head, LoRA)."""
+    import torch
+
+    from stages.tasks.detection.model import CENTERNETS, build_model
+
+    sizes = {}
+    for name in CENTERNETS:
+        model = build_model(name, 3, 3, 64).eval()
+        sizes[name] = sum(p.numel() for p in model.parameters())
+        with torch.no_grad():
+            rows = model(torch.zeros(2, 3, 64, 64))
+        assert rows.shape == (2, 64, 6)
+        assert model.head[-1].out_channels == 3 + 4
+    assert sizes["centernet_small"] < 10 ** 6 < 2 * 10 ** 6 < sizes["centernet_medium"]

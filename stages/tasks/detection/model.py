@@ -12,6 +12,11 @@ from torch import nn
 from torch.nn import functional as F
 
 CENTERNET = "centernet_small"
+# our CenterNet's sizes by name: backbone widths (strides 2 to 32), FPN and head channels
+CENTERNETS = {
+    "centernet_small": {"widths": (16, 32, 64, 96, 128), "neck": 32, "head": 48},
+    "centernet_medium": {"widths": (24, 48, 96, 160, 256), "neck": 64, "head": 64},
+}
 STRIDE = 4
 TOP_K = 64
 
@@ -146,8 +151,8 @@ def build_model(name: str, num_classes: int, channels: int, image_size: int = 16
     (torchvision_detectors.py: from scratch, 3 channels)."""
     from stages.tasks.detection.torchvision_detectors import DETECTORS, TorchvisionDetector
 
-    if name == CENTERNET:
-        return CenterNet(num_classes, channels)
+    if name in CENTERNETS:
+        return CenterNet(num_classes, channels, **CENTERNETS[name])
     from stages.lib.io import StageError
 
     if name in DETECTORS:
@@ -156,5 +161,6 @@ def build_model(name: str, num_classes: int, channels: int, image_size: int = 16
                              f"(it is {channels}).")
         return TorchvisionDetector(name, num_classes, int(image_size))
     raise StageError(f"train.model: {name!r} is not a detector this task knows; use "
-                     f"{CENTERNET!r} (ours, the default) or one of torchvision's: "
+                     f"{', '.join(map(repr, CENTERNETS))} (ours; {CENTERNET!r} is the "
+                     f"default) or one of torchvision's: "
                      f"{', '.join(DETECTORS)}.")
