@@ -68,16 +68,51 @@ def run(code: Path, project: Path) -> dict:
     env = {**os.environ, FSYNC_LOG: str(log)}
     proc = subprocess.Popen([sys.executable, __file__, "--stage", str(code)], cwd=project,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak, seen, vm = 0, {}, vmstat()
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid))
+        sample(proc.pid, seen)
         time.sleep(0.05)
+    vm = {k: v - vm.get(k, 0) for k, v in vmstat().items()}
     out, err = proc.communicate()
     if proc.returncode:
         raise SystemExit(f"prepare failed in {project}:\n{out[-3000:]}\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
     result["fsync"] = sum(float(s) for s in log.read_text().split()) if log.exists() else 0.0
-    return {**result, "peak_rss": peak}
+    workers = [v for pid, v in seen.items() if pid != proc.pid]
+    return {**result, "peak_rss": peak, "vm": vm, **{
+        f"workers_{key}": sum(w[key] for w in workers) for key in ("run", "queued", "alive",
+                                                                     "read_bytes")}}
+
+
+def vmstat() -> dict:
+    """The machine's page-reclaim counters (a full page cache makes the kernel scan)."""
+    keep = ("pgscan_kswapd", "pgscan_direct", "pgsteal_kswapd", "pgsteal_direct", "pgmajfault")
+    rows = (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    return {k: int(v) for k, v in rows if k in keep}
+
+
+def sample(pid: int, seen: dict) -> None:
+    """Per process of the tree: seconds on a CPU, seconds runnable but waiting for one (other
+    load), seconds alive (first to last sample), bytes read from storage (not the page
+    cache). Alive - on CPU - queued = blocked (I/O, or waiting for a job)."""
+    import psutil
+
+    try:
+        pids = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return
+    now = time.perf_counter()
+    for p in pids:
+        try:
+            run_ns, wait_ns, _ = Path(f"/proc/{p}/schedstat").read_text().split()
+            io = dict(line.split(": ") for line in
+                      Path(f"/proc/{p}/io").read_text().splitlines())
+        except (OSError, ValueError):
+            continue
+        first = seen.get(p, {}).get("first", now)
+        seen[p] = {"first": first, "alive": now - first, "run": int(run_ns) / 1e9,
+                   "queued": int(wait_ns) / 1e9, "read_bytes": int(io["read_bytes"])}
 
 
 @click.command()
@@ -118,6 +153,10 @@ def main(source, work, sizes, image_size, workers, rounds, codes, stage_code):
                 click.echo(f"round {r + 1} N={n} {code}: peak RSS {res['peak_rss'] / 2**20:.0f} "
                            f"MiB, wall {res['wall']:.1f} s, parent CPU {res['parent_cpu']:.2f} s, "
                            f"workers CPU {res['workers_cpu']:.1f} s, fsync {res['fsync']:.1f} s")
+                click.echo(f"    workers: alive {res['workers_alive']:.1f} s, on CPU "
+                           f"{res['workers_run']:.1f} s, runnable but queued "
+                           f"{res['workers_queued']:.1f} s, read from storage "
+                           f"{res['workers_read_bytes'] / 2**20:.0f} MiB; machine {res['vm']}")
     for n in ns:  # the 7 GiB of shards at 100,000 do not stay behind
         shutil.rmtree(Path(work) / f"project-{n}" / "data/processed", ignore_errors=True)
     if len(ns) > 1:

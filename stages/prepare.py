@@ -159,7 +159,17 @@ def pool(workers: int):
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-    return ctx.Pool(workers)
+    return ctx.Pool(workers, warm_up)
+
+
+def warm_up():
+    """A worker's imports, made as it starts (alongside the parent's reading of the tables)."""
+    import numpy  # noqa: F401
+    import PIL.Image  # noqa: F401
+
+    import stages.lib.autoprep  # noqa: F401
+    import stages.lib.images  # noqa: F401
+    import stages.lib.shards  # noqa: F401
 
 
 def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
@@ -239,15 +249,8 @@ def main(params_path):
     task = current(params_path)
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
-    # the pool first: its workers inherit this process as it is now, without the tables
-    # (what they decode with comes along too: imported once, here)
-    import numpy  # noqa: F401
-    import PIL.Image  # noqa: F401
-
-    import stages.lib.autoprep  # noqa: F401
-    import stages.lib.images  # noqa: F401
-    import stages.lib.shards  # noqa: F401
-
+    # the pool first: its workers inherit this process as it is now, without the tables,
+    # and import what they decode with while this one reads the tables
     with pool(workers) or contextlib.nullcontext() as workers_pool:  # terminated on leaving
         splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
         prepare_splits(task, source, p, params_path, splits, letterbox, workers, workers_pool)

@@ -7,16 +7,15 @@ they are read. A slice shares the text; pickled, it carries only its own records
 is what prepare sends a worker for one shard. Only the standard library here.
 """
 import csv
+import io
 import re
 from array import array
 from pathlib import Path
 
 # a line as open(newline="") reads it: up to and including \n, \r or \r\n
 _LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
-
-
-def _lines(text: str, start: int, end: int):
-    return (m.group() for m in _LINE.finditer(text, start, end))
+_EOL = re.compile(r"\r\n?|\n")
+_CHUNK = 4096  # records parsed at a time: io.StringIO holds 4 bytes a character
 
 
 class Rows:
@@ -30,9 +29,13 @@ class Rows:
         return len(self.ends)
 
     def __iter__(self):
-        if not self.fields or not self.ends:
-            return iter(())
-        return csv.DictReader(_lines(self.text, self.start, self.ends[-1]), self.fields)
+        if self.fields is None:
+            return
+        for i in range(0, len(self), _CHUNK):
+            first = self.ends[i - 1] if i else self.start
+            last = self.ends[min(i + _CHUNK, len(self)) - 1]
+            yield from csv.DictReader(io.StringIO(self.text[first:last], newline=""),
+                                      self.fields)
 
     def __getitem__(self, key):
         if isinstance(key, slice):
@@ -56,6 +59,28 @@ class Rows:
         return f"Rows({len(self)} rows of {self.fields})"
 
 
+def record_ends(text: str, start: int) -> array:
+    """The end offset of each record of text[start:] (csv.DictReader's: blank rows are none)."""
+    if '"' not in text:  # no quoting: a record is a line that is not empty
+        ends, prev = array("q"), start
+        for m in _EOL.finditer(text, start):
+            if m.start() > prev:
+                ends.append(m.end())
+            prev = m.end()
+        if prev < len(text):
+            ends.append(len(text))
+        return ends
+    at = start
+
+    def lines():  # counting the characters csv.reader has taken
+        nonlocal at
+        for m in _LINE.finditer(text, start):
+            at = m.end()
+            yield m.group()
+
+    return array("q", (at for row in csv.reader(lines()) if row))
+
+
 def read_rows(path) -> Rows:
     """The rows of a CSV file, as `read_csv` reads them, held as the file's text."""
     from stages.lib.io import StageError
@@ -67,16 +92,12 @@ def read_rows(path) -> Rows:
         text = f.read()
     at = 0
 
-    def lines():  # counting the characters csv.reader has taken
+    def lines():  # the header's lines only: csv.reader takes them as it needs them
         nonlocal at
-        for line in _lines(text, 0, len(text)):
-            at += len(line)
-            yield line
+        for m in _LINE.finditer(text):
+            at = m.end()
+            yield m.group()
 
-    reader = csv.reader(lines())
-    fields = next(reader, None)
-    body, ends = at, array("q")
-    for row in reader:
-        if row:  # csv.DictReader skips blank rows
-            ends.append(at)
-    return Rows(fields, text, ends, body)
+    fields = next(csv.reader(lines()), None)
+    body = at
+    return Rows(fields, text, record_ends(text, body), body)
