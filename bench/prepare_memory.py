@@ -82,7 +82,7 @@ def run(code: Path, project: Path) -> dict:
     workers = [v for pid, v in seen.items() if pid != proc.pid]
     return {**result, "peak_rss": peak, "vm": vm, **{
         f"workers_{key}": sum(w[key] for w in workers) for key in ("run", "queued", "alive",
-                                                                     "read_bytes")}}
+                                                                     "read_bytes", "disk")}}
 
 
 def vmstat() -> dict:
@@ -95,7 +95,9 @@ def vmstat() -> dict:
 def sample(pid: int, seen: dict) -> None:
     """Per process of the tree: seconds on a CPU, seconds runnable but waiting for one (other
     load), seconds alive (first to last sample), bytes read from storage (not the page
-    cache). Alive - on CPU - queued = blocked (I/O, or waiting for a job)."""
+    cache), and about how long it was seen in a disk sleep (state D: fsync, a write held back
+    by the kernel's dirty-page limits, a read). Alive - on CPU - queued = blocked (I/O, or
+    waiting for a job)."""
     import psutil
 
     try:
@@ -110,9 +112,15 @@ def sample(pid: int, seen: dict) -> None:
                       Path(f"/proc/{p}/io").read_text().splitlines())
         except (OSError, ValueError):
             continue
-        first = seen.get(p, {}).get("first", now)
-        seen[p] = {"first": first, "alive": now - first, "run": int(run_ns) / 1e9,
-                   "queued": int(wait_ns) / 1e9, "read_bytes": int(io["read_bytes"])}
+        old = seen.get(p, {"first": now, "last": now, "disk": 0.0})
+        try:  # the state after "pid (comm)": D is an uninterruptible (disk) sleep
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = ""
+        seen[p] = {"first": old["first"], "last": now, "alive": now - old["first"],
+                   "run": int(run_ns) / 1e9, "queued": int(wait_ns) / 1e9,
+                   "read_bytes": int(io["read_bytes"]),
+                   "disk": old["disk"] + (now - old["last"] if state == "D" else 0.0)}
 
 
 @click.command()
@@ -155,7 +163,8 @@ def main(source, work, sizes, image_size, workers, rounds, codes, stage_code):
                            f"workers CPU {res['workers_cpu']:.1f} s, fsync {res['fsync']:.1f} s")
                 click.echo(f"    workers: alive {res['workers_alive']:.1f} s, on CPU "
                            f"{res['workers_run']:.1f} s, runnable but queued "
-                           f"{res['workers_queued']:.1f} s, read from storage "
+                           f"{res['workers_queued']:.1f} s, in disk sleep "
+                           f"~{res['workers_disk']:.1f} s (sampled), read from storage "
                            f"{res['workers_read_bytes'] / 2**20:.0f} MiB; machine {res['vm']}")
     for n in ns:  # the 7 GiB of shards at 100,000 do not stay behind
         shutil.rmtree(Path(work) / f"project-{n}" / "data/processed", ignore_errors=True)
