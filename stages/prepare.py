@@ -114,9 +114,12 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts
 
 
 def write_shard(job) -> tuple:
-    """Decode one shard's rows and write its two files: (samples, the shorter sides of its
+    """Decode one shard's rows and write its files: (samples, the shorter sides of its
     images when it is a split whose sides count, how many are colour, the train pixels' value
-    counts when mean/std are auto). Nothing but these small facts goes back to the parent."""
+    counts when mean/std are auto, [(temp file, file)]). Nothing but these small facts goes
+    back to the parent, and the files' temp names: the parent fsyncs and renames them
+    (io.commit) while this worker decodes its next shard, instead of this worker waiting on
+    the disk."""
     from stages.lib.shards import IMAGES, TARGETS, WIDTHS, save_npy, shard_name
 
     setup, split, k, rows, sides_count = job
@@ -125,11 +128,14 @@ def write_shard(job) -> tuple:
     facts = [] if w["facts"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
                          w["channels"], facts, w["letterbox"], w["sized"])
-    save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
-    save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
+    files = [(IMAGES, x), (TARGETS, y)]
     if w["width_buckets"]:
-        save_npy(OUT_DIR / split / shard_name(WIDTHS, k),
-                 line_buckets(rows, w["source"], w["image_size"], w["width_buckets"]))
+        files.append((WIDTHS, line_buckets(rows, w["source"], w["image_size"],
+                                           w["width_buckets"])))
+    written = []
+    for kind, array in files:
+        path = OUT_DIR / split / shard_name(kind, k)
+        written.append((save_npy(path, array, pending=True), str(path)))
     counts = None
     if w["norm"] and split == "train":
         from stages.lib.autoprep import value_counts
@@ -137,7 +143,7 @@ def write_shard(job) -> tuple:
         counts = value_counts(x)
     facts = facts or []
     return (len(rows), [side for side, _ in facts] if sides_count else [],
-            sum(not grey for _, grey in facts), counts)
+            sum(not grey for _, grey in facts), counts, written)
 
 
 def header_job(job) -> tuple:
@@ -203,6 +209,8 @@ def write_shards(splits, params_path, meta, source, p, workers_pool, image_size:
     import numpy as np
     from tqdm import tqdm
 
+    from stages.lib.io import commit
+
     sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
     size = p.shard_size
     shards = [(name, k, min(size, len(rows) - start)) for name, rows in splits.items()
@@ -219,8 +227,10 @@ def write_shards(splits, params_path, meta, source, p, workers_pool, image_size:
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
     sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
     # each job writes its own files; a failure raises here and stops the other workers
-    for n, job_sides, job_colour, job_counts in run_jobs(workers_pool, write_shard, jobs,
-                                                         len(order), ordered=False):
+    for n, job_sides, job_colour, job_counts, written in run_jobs(
+            workers_pool, write_shard, jobs, len(order), ordered=False):
+        for tmp, path in written:
+            commit(tmp, path)
         bar.update(n)
         sides += job_sides
         colour += job_colour
@@ -251,9 +261,15 @@ def main(params_path):
     workers = p.workers or cpu_count()
     # the pool first: its workers inherit this process as it is now, without the tables,
     # and import what they decode with while this one reads the tables
-    with pool(workers) or contextlib.nullcontext() as workers_pool:  # terminated on leaving
-        splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
-        prepare_splits(task, source, p, params_path, splits, letterbox, workers, workers_pool)
+    try:
+        with pool(workers) or contextlib.nullcontext() as workers_pool:  # terminated on leaving
+            splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
+            prepare_splits(task, source, p, params_path, splits, letterbox, workers,
+                           workers_pool)
+    except BaseException:  # the workers are gone: no temp file of a shard stays behind
+        for tmp in OUT_DIR.rglob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def prepare_splits(task, source, p, params_path, splits, letterbox, workers, workers_pool):
