@@ -10,6 +10,9 @@ depend only on its rows, so the outs are the same whatever the worker count. Mem
 per worker, whatever the dataset size. The workers are forked before the split tables are read
 (they inherit none of it), and the parent holds the tables as their CSV text (stages/lib/rows.py,
 about 90 bytes a row); each job carries its rows and what a worker needs to set itself up.
+A worker writes its shard's files to temp files; the parent, otherwise idle, fsyncs and renames
+them while the worker decodes its next shard (the workers never wait on the disk), and writes
+meta.json only after every shard is in place.
 """
 import contextlib
 import os
