@@ -79,8 +79,9 @@ def run(code: Path, project: Path) -> dict:
         raise SystemExit(f"prepare failed in {project}:\n{out[-3000:]}\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
     result["fsync"] = sum(float(s) for s in log.read_text().split()) if log.exists() else 0.0
+    wchan = seen.pop("wchan", {})
     workers = [v for pid, v in seen.items() if pid != proc.pid]
-    return {**result, "peak_rss": peak, "vm": vm, **{
+    return {**result, "peak_rss": peak, "vm": vm, "wchan": wchan, **{
         f"workers_{key}": sum(w[key] for w in workers) for key in ("run", "queued", "alive",
                                                                      "read_bytes", "disk")}}
 
@@ -117,6 +118,13 @@ def sample(pid: int, seen: dict) -> None:
             state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             state = ""
+        if state == "D":  # where in the kernel: fsync, dirty-page throttling, a read
+            try:
+                where = Path(f"/proc/{p}/wchan").read_text() or "?"
+            except OSError:
+                where = "?"
+            waits = seen.setdefault("wchan", {})
+            waits[where] = waits.get(where, 0) + 1
         seen[p] = {"first": old["first"], "last": now, "alive": now - old["first"],
                    "run": int(run_ns) / 1e9, "queued": int(wait_ns) / 1e9,
                    "read_bytes": int(io["read_bytes"]),
@@ -165,7 +173,8 @@ def main(source, work, sizes, image_size, workers, rounds, codes, stage_code):
                            f"{res['workers_run']:.1f} s, runnable but queued "
                            f"{res['workers_queued']:.1f} s, in disk sleep "
                            f"~{res['workers_disk']:.1f} s (sampled), read from storage "
-                           f"{res['workers_read_bytes'] / 2**20:.0f} MiB; machine {res['vm']}")
+                           f"{res['workers_read_bytes'] / 2**20:.0f} MiB; machine {res['vm']}; "
+                           f"disk sleep samples by kernel function {res['wchan']}")
     for n in ns:  # the 7 GiB of shards at 100,000 do not stay behind
         shutil.rmtree(Path(work) / f"project-{n}" / "data/processed", ignore_errors=True)
     if len(ns) > 1:
