@@ -118,7 +118,7 @@ def sample(pid: int, seen: dict) -> None:
             state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             state = ""
-        if state == "D":  # where in the kernel: fsync, dirty-page throttling, a read
+        if state == "D":  # where in the kernel (any process of the tree: the parent's too)
             try:
                 where = Path(f"/proc/{p}/wchan").read_text() or "?"
             except OSError:
