@@ -7,7 +7,12 @@ image size, channels, the normalisation every consumer applies, counts and shard
 
 prepare.workers processes (0 = all cores) each decode and write whole shards; a shard's bytes
 depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
-per worker, whatever the dataset size.
+per worker, whatever the dataset size. The workers are forked before the split tables are read
+(they inherit none of it), and the parent holds the tables as their CSV text (stages/lib/rows.py,
+about 90 bytes a row); each job carries its rows and what a worker needs to set itself up.
+A worker writes its shard's files to temp files; the parent, otherwise idle, fsyncs and renames
+them while the worker decodes its next shard (the workers never wait on the disk), and writes
+meta.json only after every shard is in place.
 """
 import contextlib
 import os
@@ -16,14 +21,14 @@ from pathlib import Path
 
 import click
 
-from stages.lib.io import StageError, read_csv, write_json
+from stages.lib.io import StageError, write_json
 from stages.lib.params import load, params_option
 
 SPLIT_DIR = Path("data/split")
 OUT_DIR = Path("data/processed")
 SPLITS = ("train", "val", "test")
 
-_WORKER = {}  # per process: the task's encoder and the prepare params
+_WORKER = {}  # per process: the task's encoder and the prepare params, set by the first job
 
 
 def cpu_count() -> int:
@@ -42,13 +47,20 @@ def buckets(p) -> list[int]:
 
 
 def init_worker(params_path, meta, source, image_size, channels, facts, norm, width_buckets=()):
+    """Set this process up for write_shard (once per distinct setup: jobs carry it)."""
     from stages.tasks import current
+
+    setup = (params_path, meta, source, image_size, channels, facts, norm, list(width_buckets))
+    if _WORKER.get("setup") == setup:
+        return
+    _WORKER.clear()
 
     task = current(params_path)
     _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
                    source=Path(source), image_size=image_size, channels=channels, facts=facts,
                    norm=norm, width_buckets=list(width_buckets),
-                   letterbox=bool(meta.get("letterbox")), sized=task.encoder_takes_size)
+                   letterbox=bool(meta.get("letterbox")), sized=task.encoder_takes_size,
+                   setup=setup)
 
 
 def resolve_letterbox(p, task) -> bool:
@@ -105,21 +117,28 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts
 
 
 def write_shard(job) -> tuple:
-    """Decode one shard's rows and write its two files: (samples, the shorter sides of its
+    """Decode one shard's rows and write its files: (samples, the shorter sides of its
     images when it is a split whose sides count, how many are colour, the train pixels' value
-    counts when mean/std are auto). Nothing but these small facts goes back to the parent."""
+    counts when mean/std are auto, [(temp file, file)]). Nothing but these small facts goes
+    back to the parent, and the files' temp names: the parent fsyncs and renames them
+    (io.commit) while this worker decodes its next shard, instead of this worker waiting on
+    the disk."""
     from stages.lib.shards import IMAGES, TARGETS, WIDTHS, save_npy, shard_name
 
-    split, k, rows, sides_count = job
+    setup, split, k, rows, sides_count = job
+    init_worker(*setup)
     w = _WORKER
     facts = [] if w["facts"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
                          w["channels"], facts, w["letterbox"], w["sized"])
-    save_npy(OUT_DIR / split / shard_name(IMAGES, k), x)
-    save_npy(OUT_DIR / split / shard_name(TARGETS, k), y)
+    files = [(IMAGES, x), (TARGETS, y)]
     if w["width_buckets"]:
-        save_npy(OUT_DIR / split / shard_name(WIDTHS, k),
-                 line_buckets(rows, w["source"], w["image_size"], w["width_buckets"]))
+        files.append((WIDTHS, line_buckets(rows, w["source"], w["image_size"],
+                                           w["width_buckets"])))
+    written = []
+    for kind, array in files:
+        path = OUT_DIR / split / shard_name(kind, k)
+        written.append((save_npy(path, array, pending=True), str(path)))
     counts = None
     if w["norm"] and split == "train":
         from stages.lib.autoprep import value_counts
@@ -127,7 +146,7 @@ def write_shard(job) -> tuple:
         counts = value_counts(x)
     facts = facts or []
     return (len(rows), [side for side, _ in facts] if sides_count else [],
-            sum(not grey for _, grey in facts), counts)
+            sum(not grey for _, grey in facts), counts, written)
 
 
 def header_job(job) -> tuple:
@@ -139,66 +158,87 @@ def header_job(job) -> tuple:
     return [side for side, _ in facts], sum(not grey for _, grey in facts)
 
 
-def pool(workers: int, jobs: int, initializer=None, initargs=()):
-    """A process pool of min(workers, jobs) (fork where there is one: the parent's imports
-    and task come along, nothing to re-import); None when one process does it all."""
-    if workers == 1 or jobs <= 1:
+def pool(workers: int):
+    """A process pool of `workers` (fork where there is one: the parent's imports and task
+    come along, nothing to re-import); None when one process does it all. Made before the
+    split tables are read, so the workers inherit none of them (a forked worker's resident
+    memory counts every page it shares with the parent)."""
+    if workers == 1:
         return None
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-    return ctx.Pool(min(workers, jobs), initializer, initargs)
+    return ctx.Pool(workers, warm_up)
 
 
-def read_headers(splits, source, workers: int) -> tuple:
-    """(train shorter sides, colour count) from every header, in `workers` processes."""
-    every = [r for rows in splits.values() for r in rows]
-    train = splits.get("train") or every
+def warm_up():
+    """A worker's imports, made as it starts (alongside the parent's reading of the tables)."""
+    import numpy  # noqa: F401
+    import PIL.Image  # noqa: F401
+
+    import stages.lib.autoprep  # noqa: F401
+    import stages.lib.images  # noqa: F401
+    import stages.lib.shards  # noqa: F401
+
+
+def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
+    """func over the jobs (an iterable, made as the pool takes them): in the pool, or in this
+    process when there is none or `count` <= 1."""
+    if workers_pool is None or count <= 1:
+        return map(func, jobs)
+    return (workers_pool.imap if ordered else workers_pool.imap_unordered)(func, jobs)
+
+
+def read_headers(splits, source, workers_pool) -> tuple:
+    """(train shorter sides, colour count) from every header, in the pool's processes."""
     chunk = 512
-    jobs = [(str(source), rows[i:i + chunk]) for rows in (train, every)
-            for i in range(0, len(rows), chunk)]
+    parts = [rows for rows in splits.values() if len(rows)]
+    train = [splits["train"]] if len(splits.get("train", ())) else parts
+    n_train = sum((len(rows) + chunk - 1) // chunk for rows in train)
+    n_every = sum((len(rows) + chunk - 1) // chunk for rows in parts)
     # both passes in one map: train's sides, then every file's colour
-    n_train = (len(train) + chunk - 1) // chunk
-    p = pool(workers, len(jobs))
-    with p or contextlib.nullcontext():
-        results = list(p.imap(header_job, jobs) if p else map(header_job, jobs))
+    jobs = ((str(source), rows[i:i + chunk]) for group in (train, parts) for rows in group
+            for i in range(0, len(rows), chunk))
+    results = list(run_jobs(workers_pool, header_job, jobs, n_train + n_every, ordered=True))
     sides = [s for r in results[:n_train] for s in r[0]]
     return sides, sum(r[1] for r in results[n_train:])
 
 
-def write_shards(splits, params_path, meta, source, p, workers: int, image_size: int,
+def write_shards(splits, params_path, meta, source, p, workers_pool, image_size: int,
                  channels: int, facts: bool, norm: bool) -> tuple:
-    """Every shard of every split, in `workers` processes (1 = in this process). Returns the
-    facts its decodes saw: (train shorter sides, colour count) when `facts`, and the train
+    """Every shard of every split, in the pool's processes (None: in this process). Returns
+    the facts its decodes saw: (train shorter sides, colour count) when `facts`, and the train
     pixels' value counts when `norm` (None otherwise)."""
     import numpy as np
     from tqdm import tqdm
 
-    sides_from = "train" if splits.get("train") else None  # else every split's sides count
-    jobs = [(name, k, rows[start:start + p.shard_size], sides_from in (None, name))
-            for name, rows in splits.items()
-            for k, start in enumerate(range(0, len(rows), p.shard_size))]
+    from stages.lib.io import commit
+
+    sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
+    size = p.shard_size
+    shards = [(name, k, min(size, len(rows) - start)) for name, rows in splits.items()
+              for k, start in enumerate(range(0, len(rows), size))]
     # the short last shards at the end, so no worker is left with a long one while the
     # others idle; the files do not depend on which process writes them or when
-    order = sorted(jobs, key=lambda job: -len(job[2]))
-    init = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm,
-            buckets(p))
+    order = sorted(shards, key=lambda shard: -shard[2])
+    setup = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm,
+             buckets(p))
+    # each job is sliced from the tables when the pool takes it (a shard's rows at a time)
+    jobs = ((setup, name, k, splits[name][k * size:(k + 1) * size], sides_from in (None, name))
+            for name, k, _ in order)
     total = sum(len(r) for r in splits.values())
     bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
     sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
-    workers_pool = pool(workers, len(jobs), init_worker, init)
-    if workers_pool is None:
-        init_worker(*init)
-        results = map(write_shard, order)
-    else:  # each job writes its own files
-        results = workers_pool.imap_unordered(write_shard, order)
-    with workers_pool or contextlib.nullcontext():  # a failure stops the other workers
-        for n, job_sides, job_colour, job_counts in results:
-            bar.update(n)
-            sides += job_sides
-            colour += job_colour
-            if job_counts is not None:
-                counts += job_counts
+    # each job writes its own files; a failure raises here and stops the other workers
+    for n, job_sides, job_colour, job_counts, written in run_jobs(
+            workers_pool, write_shard, jobs, len(order), ordered=False):
+        for tmp, path in written:
+            commit(tmp, path)
+        bar.update(n)
+        sides += job_sides
+        colour += job_colour
+        if job_counts is not None:
+            counts += job_counts
     bar.close()
     return (sides, colour), (counts if norm else None)
 
@@ -214,26 +254,42 @@ def main(params_path):
     (stages/lib/autoprep.py), one printed line per setting says what and why; letterbox auto
     is the task's default (detection: on).
     """
-    from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
-    from stages.lib.params import AUTO
+    from stages.lib.rows import read_rows
     from stages.tasks import current
 
     source = Path(load("data", params_path).source)
     p = load("prepare", params_path)
     task = current(params_path)
-    splits = {name: read_csv(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
-    meta = task.prepare_meta(splits)
     letterbox = resolve_letterbox(p, task)
+    workers = p.workers or cpu_count()
+    # the pool first: its workers inherit this process as it is now, without the tables,
+    # and import what they decode with while this one reads the tables
+    try:
+        with pool(workers) or contextlib.nullcontext() as workers_pool:  # terminated on leaving
+            splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
+            prepare_splits(task, source, p, params_path, splits, letterbox, workers,
+                           workers_pool)
+    except BaseException:  # the workers are gone: no temp file of a shard stays behind
+        for tmp in OUT_DIR.rglob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def prepare_splits(task, source, p, params_path, splits, letterbox, workers, workers_pool):
+    """Everything after the pool is up: meta, the auto hints, the shards, meta.json."""
+    from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
+    from stages.lib.params import AUTO
+
+    meta = task.prepare_meta(splits)
     if letterbox or task.letterbox:  # recorded where it is on, and always for detection
         from stages.lib.images import LETTERBOX
 
         meta["letterbox"] = LETTERBOX if letterbox else False
     task.encoder({**meta, "source": str(source)})  # fail here, not in a worker
-    workers = p.workers or cpu_count()
     every = sum(len(r) for r in splits.values())
     first = needs_headers_first(p)
     if first:  # auto size/channels: from the headers, before any decode
-        sides, colour = read_headers(splits, source, workers)
+        sides, colour = read_headers(splits, source, workers_pool)
         image_size, channels, lines = choose_shape(p, sides, colour, every)
         for text in lines:
             click.echo(text)
@@ -243,7 +299,7 @@ def main(params_path):
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
     # the workers decode, write, and bring back the facts for the hints and auto mean/std:
     # the parent reads no file of the dataset (Amdahl: all that work on every core)
-    (sides, colour), counts = write_shards(splits, params_path, meta, source, p, workers,
+    (sides, colour), counts = write_shards(splits, params_path, meta, source, p, workers_pool,
                                            image_size, channels, facts=not first,
                                            norm=p.mean == AUTO)
     if not first:

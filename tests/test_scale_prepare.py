@@ -35,6 +35,30 @@ def test_shards_are_np_save_bytes(tmp_path, array):
     assert (tmp_path / "a.npy").read_bytes() == want.getvalue()
     assert np.array_equal(np.load(tmp_path / "a.npy"), array)
     assert [p.name for p in tmp_path.iterdir()] == ["a.npy"]  # no temp file left
+    # pending: the same bytes once committed (prepare: a worker writes, the parent commits)
+    from stages.lib.io import commit
+
+    tmp = save_npy(tmp_path / "b.npy", array, pending=True)
+    assert not (tmp_path / "b.npy").exists()
+    commit(tmp, tmp_path / "b.npy")
+    assert (tmp_path / "b.npy").read_bytes() == want.getvalue()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_shard_stops_prepare_and_leaves_no_temp_file(tmp_path, workers):
+    """A file that cannot be decoded, in the last train shard: prepare fails (the other
+    worker's shards do not go on), and no temp file of a shard is left in data/processed."""
+    make_dataset(tmp_path)
+    (tmp_path / "src/2/035.gif").write_bytes(b"GIF89a not really")  # train row 35 of 36
+    set_params(tmp_path, {"prepare.image_size": 16, "prepare.channels": 1,
+                          "prepare.workers": workers})
+    proc = run_stage("prepare", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "035.gif" in proc.stderr
+    left = [p.name for p in (tmp_path / "data/processed").rglob("*")]
+    assert not [name for name in left if name.endswith(".tmp")], left
+    assert not (tmp_path / "data/processed/meta.json").exists()
 
 
 def make_dataset(root: Path) -> None:

@@ -51,7 +51,7 @@ def write_bytes(path, data) -> None:
         raise write_failed(path, exc) from None
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
+def _write_bytes(path: Path, data: bytes, sync: bool = True) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -59,12 +59,36 @@ def _write_bytes(path: Path, data: bytes) -> None:
             for part in (data if isinstance(data, list) else [data]):
                 f.write(part)  # a buffered file writes all of it, or raises
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; outs get the usual permissions
-        os.replace(tmp, path)
+        if sync:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return tmp
+
+
+def write_pending(path, data) -> str:
+    """write_bytes but for the fsync and the rename: the temp file's path, for commit() to
+    finish (in another process, maybe: prepare's workers write, its parent waits on the disk)."""
+    try:
+        return _write_bytes(Path(path), data, sync=False)
+    except OSError as exc:
+        raise write_failed(path, exc) from None
+
+
+def commit(tmp, path) -> None:
+    """Finish a write_pending: fsync the temp file, rename it to path (errors as write_bytes's;
+    the temp file is removed)."""
+    try:
+        with open(tmp, "r+b") as f:  # writable: some systems refuse to fsync a read-only file
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise write_failed(path, exc) from None
 
 
 def json_bytes(obj) -> bytes:

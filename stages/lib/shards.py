@@ -33,16 +33,17 @@ def shard_name(kind: str, k: int) -> str:
     return f"{kind}-{k:05d}.npy"
 
 
-def save_npy(path: Path, array) -> None:
+def save_npy(path: Path, array, pending: bool = False):
     """One shard as .npy, through io.write_bytes: a temp file beside path, fsync, rename, and a
     full disk is a one-line error naming the path. (np.save straight into a file does not: its
     tofile() ignores a short write, so a full disk left a truncated shard and exit 0.) The
     bytes are np.save's: its header, then the array's own memory, written as it is (no copy
     into a buffer and another out of it: at 160 px RGB those two copies of a 75 MiB shard cost
-    a quarter of its decode time)."""
+    a quarter of its decode time). pending: io.write_pending's, the temp file's path, left
+    for io.commit to fsync and rename."""
     import io
 
-    from stages.lib.io import write_bytes
+    from stages.lib.io import write_bytes, write_pending
 
     array = np.ascontiguousarray(array)
     header = io.BytesIO()
@@ -55,8 +56,8 @@ def save_npy(path: Path, array) -> None:
         fmt.write_array_header_2_0(header, d)
     if array.dtype.hasobject:
         raise ValueError(f"{path}: object arrays are not stored in shards")
-    write_bytes(path, [header.getvalue(), memoryview(array.reshape(-1)).cast("B")
-                       if array.size else b""])
+    parts = [header.getvalue(), memoryview(array.reshape(-1)).cast("B") if array.size else b""]
+    return write_pending(path, parts) if pending else write_bytes(path, parts)
 
 
 def write_split(root, split: str, images, targets, shard_size: int) -> int:
