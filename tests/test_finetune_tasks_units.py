@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (task, model, meta with n classes, meta with one more, input shape, the head's last layer)
 CASES = {
-    "detection": ("centernet_small", {"classes": ["a", "b"], "channels": 3},
-                  {"classes": ["a", "b", "c"], "channels": 3}, (2, 3, 64, 64), "head.1"),
+    "detection": ("centernet_small", {"classes": ["a", "b"], "channels": 3, "image_size": 64},
+                  {"classes": ["a", "b", "c"], "channels": 3, "image_size": 64}, (2, 3, 64, 64),
+                  "head.1"),
     "segmentation": ("unet", {"classes": ["bg", "a"], "channels": 3},
                      {"classes": ["bg", "a", "b"], "channels": 3}, (2, 3, 32, 32), "head"),
     "ocr": ("crnn", {"charset": "abc", "channels": 1, "image_size": [32, 64]},

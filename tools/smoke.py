@@ -5,7 +5,8 @@ Proves data loading, forward/backward, loss, model save/load, evaluation and ONN
 work with your data and your params before anyone spends hours on a full run. The subset is
 drawn from the configured `data.source` (stages/lib/subset.py: --per-class files of each class,
 or files for tasks without classes, chosen by a hash of --seed and the path); every param is
-yours except data.source, train.epochs and, so that the subset can pass, validate.min_per_class.
+yours except data.source, train.epochs and, so that the subset can pass, validate.min_per_class
+(with --sample too).
 `--sample` (or a data.source that is the built-in sample) uses the built-in data instead, with
 validate.classes emptied (the sample's classes are not yours). Your
 workspace is not touched; the stages' progress is printed as they start.
@@ -45,14 +46,15 @@ def main(per_class, epochs, seed, use_sample, keep):
     if not use_sample and not Path(source).is_dir():
         raise StageError(f"smoke: data.source {source} is not a folder here; fetch it (`dvc "
                          f"pull`) or run `python -m tools.smoke --sample` on the built-in data.")
-    overrides = {"train.epochs": epochs}
+    # the subset must pass validate's per-class minimum
+    overrides = {"train.epochs": epochs,
+                 "validate.min_per_class": min(params["validate"].min_per_class, per_class)}
     if use_sample:
         # the built-in sample has its own classes: your validate.classes would reject them
         overrides.update({"data.source": SAMPLE_SOURCE, "sample.per_class": per_class,
                           "validate.classes": []})
     else:
-        overrides.update({"data.source": SUBSET_DIR, "validate.min_per_class": min(
-            params["validate"].min_per_class, per_class)})
+        overrides["data.source"] = SUBSET_DIR
     tmp = Path(tempfile.mkdtemp(prefix="pipeline-smoke-"))
     try:
         copy_project(Path.cwd(), tmp, params=overrides, git_init=False)
