@@ -15,15 +15,13 @@ import numpy as np
 import pytest
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, wait_ready
+from tests.conftest import ROOT, run_tool, wait_ready
 
 WIDTH = 4
 
 
 def predict(cwd, *args):
-    return subprocess.run([sys.executable, "-m", "tools.predict", *args], cwd=cwd,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_tool("predict", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
