@@ -1,3 +1,4 @@
+import contextlib
 import os
 import re
 import sys
@@ -270,3 +271,29 @@ def wait_ready(proc, url: str, log_path, timeout: float = 90) -> None:
             pass
         assert time.monotonic() < deadline, "server not ready:\n" + Path(log_path).read_text()
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def serving(model, cwd, *args):
+    """A real `tools.serve` process on a free loopback port serving `model`, ready: its URL.
+    Stopped when the block ends."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path(cwd) / "serve.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tools.serve", "--port", str(port), "--model", str(model),
+             "--log-level", "warning", *args],
+            cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url, log)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)

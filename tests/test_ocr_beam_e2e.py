@@ -3,10 +3,6 @@ the real CLI and a real HTTP server, the rows are the prefix beam search of the 
 outputs, --beam 1 is the default greedy decoding byte for byte, and a model whose task has no
 beam search refuses the option."""
 import json
-import os
-import socket
-import subprocess
-import sys
 import types
 
 import click
@@ -15,7 +11,7 @@ import numpy as np
 import pytest
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, run_tool, wait_ready
+from tests.conftest import run_tool, serving
 
 WIDTH = 4
 
@@ -74,20 +70,7 @@ def test_predict_beam_through_the_cli(ocr_project, lines, tmp_path):
 
 def test_serve_beam_answers_over_http(ocr_project, lines, tmp_path):
     folder, names, want_beam, _ = lines
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.serve", "--port", str(port), "--model",
-             str(ocr_project / "models/model.onnx"), "--log-level", "warning",
-             "--beam", str(WIDTH)],
-            cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, url, log)
+    with serving(ocr_project / "models/model.onnx", tmp_path, "--beam", str(WIDTH)) as url:
         chosen = names[:6]
         files = [("files", (n, (folder / n).read_bytes(), "application/octet-stream"))
                  for n in chosen]
@@ -95,9 +78,6 @@ def test_serve_beam_answers_over_http(ocr_project, lines, tmp_path):
         assert answer.status_code == 200, answer.text
         got = [(p["text"], p["confidence"]) for p in answer.json()["predictions"]]
         assert got == [want_beam[n] for n in chosen]
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def test_beam_is_refused_for_a_task_without_beam_search():

@@ -3,16 +3,13 @@ a second repro that does nothing, predictions from tools.predict and a real tool
 decode exactly as evaluate did, and a parity gate that fails on a perturbed export, naming the
 worst line."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import httpx
 import pytest
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, copy_run, run_stage, wait_ready
+from tests.conftest import copy_run, run_stage, run_tool, serving
 
 
 def test_outs_metrics_and_model_metadata(ocr_project):
@@ -47,9 +44,7 @@ def test_second_repro_does_nothing(ocr_project, tmp_path):
 
 
 def predict(cwd, *args):
-    return subprocess.run([sys.executable, "-m", "tools.predict", *args], cwd=cwd,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_tool("predict", *args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -79,22 +74,8 @@ def test_predict_decodes_as_evaluate_did(ocr_project, test_lines):
 
 
 def test_serve_answers_text_over_http(ocr_project, test_lines, tmp_path):
-    import socket
-
     folder, expected = test_lines
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.serve", "--port", str(port), "--model",
-             str(ocr_project / "models/model.onnx"), "--log-level", "warning"],
-            cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(proc, url, log)
+    with serving(ocr_project / "models/model.onnx", tmp_path) as url:
         names = sorted(expected)[:3]
         files = [("files", (n, (folder / n).read_bytes(), "image/x-portable-graymap"))
                  for n in names]
@@ -105,9 +86,6 @@ def test_serve_answers_text_over_http(ocr_project, test_lines, tmp_path):
         assert all(0 <= p["confidence"] <= 1 for p in got)
         card = httpx.get(f"{url}/model").json()
         assert card["task"] == "ocr" and card["input"]["image_size"] == [32, 192]
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def test_parity_fails_on_a_perturbed_export_naming_the_line(ocr_project, tmp_path,
