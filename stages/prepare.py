@@ -75,29 +75,26 @@ def resolve_letterbox(p, task) -> bool:
     return on
 
 
-def line_buckets(rows, source: Path, image_size, width_buckets):
-    """uint16 bucket width of each row's line: the smallest bucket holding the line as fit
-    scales it (its header size; fit pads the rest of the record with the pad value, so the
-    record cut at its bucket is exactly the line fitted to that width)."""
+def line_buckets(sizes, image_size, width_buckets):
+    """uint16 bucket width of each line from its header size (width, height): the smallest
+    bucket holding the line as fit scales it (fit pads the rest of the record with the pad
+    value, so the record cut at its bucket is exactly the line fitted to that width)."""
     import numpy as np
-    from PIL import Image
 
     from stages.lib.images import bucket_of, line_width
 
-    out = np.empty(len(rows), dtype=np.uint16)
-    for i, r in enumerate(rows):
-        with Image.open(source / r["path"]) as img:
-            out[i] = bucket_of(line_width(img.size, image_size), width_buckets)
-    return out
+    return np.array([bucket_of(line_width(size, image_size), width_buckets) for size in sizes],
+                    dtype=np.uint16)
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False):
+                  letterbox=False, sized=False, header_sizes=None):
     """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
     (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
     which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
     facts: a list that gets each file's (shorter side, grey) from the header this decode opens
-    (prepare's hints, without a second pass over the files)."""
+    (prepare's hints, without a second pass over the files); header_sizes: a list that gets
+    each file's header size (OCR's width buckets)."""
     import numpy as np
     from PIL import Image
 
@@ -110,6 +107,8 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts
         with Image.open(source / r["path"]) as img:  # what load_image does, header kept
             if facts is not None:
                 facts.append((min(img.size), grey_header(img)))
+            if header_sizes is not None:
+                header_sizes.append(img.size)
             size = upright_size(img)
             x[i] = model_input(img, image_size, channels, letterbox)
         y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
@@ -129,12 +128,12 @@ def write_shard(job) -> tuple:
     init_worker(*setup)
     w = _WORKER
     facts = [] if w["facts"] else None
+    sizes = [] if w["width_buckets"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"])
+                         w["channels"], facts, w["letterbox"], w["sized"], sizes)
     files = [(IMAGES, x), (TARGETS, y)]
-    if w["width_buckets"]:
-        files.append((WIDTHS, line_buckets(rows, w["source"], w["image_size"],
-                                           w["width_buckets"])))
+    if w["width_buckets"]:  # from the headers the decode opened, not a second open
+        files.append((WIDTHS, line_buckets(sizes, w["image_size"], w["width_buckets"])))
     written = []
     for kind, array in files:
         path = OUT_DIR / split / shard_name(kind, k)
