@@ -2,12 +2,14 @@
 
 images/{train,val,test}/<index>.png, labels/{train,val,test}/<index>.txt (rows `cls xc yc w h`,
 normalised) and data.yaml (`names`). Three classes (circle, square, triangle) of 6 to 56 pixels,
-overlapping objects, small objects, and images with no object (an empty label file).
+overlapping objects (a later shape hides at most 30% of an earlier one; each box is the extent
+of the shape's visible pixels), small objects, and images with no object (an empty label file).
 
 Byte-identical on every machine: pixels come from numpy's PCG64 and basic arithmetic only (no
 transcendental functions, no font), and the PNG is written here with stored (uncompressed)
 deflate blocks: no zlib compression level or Pillow version can change a byte. Boxes are the
-exact pixel extent of each drawn shape.
+exact pixel extent of each shape's visible pixels (no label for a hidden part, none for a
+hidden shape).
 """
 import struct
 import zlib
@@ -76,33 +78,47 @@ def iou(a, b) -> float:
     return inter / (a[2] * a[3] + b[2] * b[3] - inter)
 
 
-def draw(index: int, seed: int = 0):
-    """(HxWx3 uint8 pixels, [(class, x1, y1, x2, y2)] exact pixel boxes) of one image."""
+VISIBLE = 0.7  # a later shape may hide at most 30% of an earlier one's pixels
+
+
+def scene(index: int, seed: int = 0):
+    """(HxWx3 float pixels, [(class, full mask, visible mask)]) of one image. A candidate
+    shape is placed only where its box overlaps every earlier box at IoU < 0.3 and it leaves
+    at least VISIBLE of each earlier shape's pixels in sight (20 tries, else no shape)."""
     rng = np.random.default_rng([seed, index])
     img = background(rng)
     count = 0 if rng.integers(0, 100) < 6 else int(rng.integers(1, 7))
-    placed, boxes = [], []
+    placed, shapes_ = [], []
     for _ in range(count):
         for _attempt in range(20):
             small = rng.integers(0, 100) < 25
             w = int(rng.integers(6, 14) if small else rng.integers(14, 57))
             h = int(np.clip(w * rng.integers(70, 141) // 100, 6, 60))
             x, y = int(rng.integers(0, SIZE - w + 1)), int(rng.integers(0, SIZE - h + 1))
-            if all(iou((x, y, w, h), q) < 0.3 for q in placed):
+            kind = int(rng.integers(0, len(NAMES)))
+            mask = shape_mask(kind, x, y, w, h)
+            if all(iou((x, y, w, h), q) < 0.3 for q in placed) and all(
+                    (seen & ~mask).sum() >= VISIBLE * full.sum() for _, full, seen in shapes_):
                 break
         else:
             continue
-        kind = int(rng.integers(0, len(NAMES)))
-        mask = shape_mask(kind, x, y, w, h)
         colour = rng.integers(0, 256, 3).astype(np.float64)
         while np.abs(colour - img[y:y + h, x:x + w].mean(axis=(0, 1))).sum() < 150:
             colour = rng.integers(0, 256, 3).astype(np.float64)
         img[mask] = colour + rng.integers(-6, 7, (int(mask.sum()), 1))
+        shapes_ = [(k, full, seen & ~mask) for k, full, seen in shapes_]
         placed.append((x, y, w, h))
-        boxes.append((kind, mask))
+        shapes_.append((kind, mask, mask))
+    return img, shapes_
+
+
+def draw(index: int, seed: int = 0):
+    """(HxWx3 uint8 pixels, [(class, x1, y1, x2, y2)] exact pixel boxes) of one image: each
+    box is the extent of the shape's visible pixels, after the later shapes are drawn."""
+    img, shapes_ = scene(index, seed)
     out = []
-    for kind, mask in boxes:  # the visible extent of each shape, after later ones are drawn
-        ys, xs = np.nonzero(mask)
+    for kind, _, seen in shapes_:
+        ys, xs = np.nonzero(seen)
         out.append((kind, int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1))
     return np.clip(np.rint(img), 0, 255).astype(np.uint8), out
 
