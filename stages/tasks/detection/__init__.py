@@ -24,7 +24,7 @@ class Detection(Task):
         "data.source": "data/sample", "prepare.image_size": 160, "prepare.channels": 3,
         "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
         "split.by": "given", "validate.near_dup_distance": -1,
-        "train.model": "centernet_small", "train.epochs": 60, "train.batch_size": 16,
+        "train.model": "centernet_small", "train.epochs": 100, "train.batch_size": 16,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.aug_hflip": 0.5,
         "train.aug_crop_scale": 0.6, "train.best_metric": "val_metric",
         "export.atol": 0.001, "export.rtol": 0.001,
