@@ -52,11 +52,16 @@ def test_torchvision_detector_trains_evaluates_and_exports(detection_project, tm
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(line) for line in default.read_text().splitlines()] == rows["onnxruntime"]
     for a, b in zip(rows["onnxruntime"], rows["torch"], strict=True):
-        assert [d["label"] for d in a["boxes"]] == [d["label"] for d in b["boxes"]]
-        for da, db in zip(a["boxes"], b["boxes"], strict=True):
-            assert da["score"] == pytest.approx(db["score"], abs=1e-3)
-            assert [da[k] for k in "x1 y1 x2 y2".split()] == pytest.approx(
-                [db[k] for k in "x1 y1 x2 y2".split()], abs=0.05)
+        # one to one, in any order: an untrained model scores neighbouring anchors alike, and
+        # two boxes whose scores tie within float noise may come out in either order
+        assert len(a["boxes"]) == len(b["boxes"]), (a, b)
+        left = list(b["boxes"])
+        for da in a["boxes"]:
+            match = [db for db in left if db["label"] == da["label"]
+                     and abs(db["score"] - da["score"]) <= 1e-3
+                     and all(abs(db[k] - da[k]) <= 0.05 for k in ("x1", "y1", "x2", "y2"))]
+            assert match, f"{a['path']}: no PyTorch box matches the onnxruntime box {da}: {b}"
+            left.remove(match[0])
 
 
 @pytest.mark.parametrize("name", [*MODELS, "fcos_resnet50_fpn", "retinanet_resnet50_fpn"])
