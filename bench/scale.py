@@ -18,7 +18,8 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
   first --decode-sample train files, nothing written): target >= 1.6 on 2 cores;
 - train's first-epoch images/s (the stage's own timing, logs/train.json) against a bare loop:
   the same model, batch size, optimizer and thread count over the same images held in memory
-  as one uint8 array (normalised per batch), for --bare-steps steps: target >= 0.95.
+  as one uint8 array (normalised per batch), for one whole epoch timed the same way (or
+  --bare-steps steps after a warm-up): target >= 0.95.
 
 At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
 prepare and train). Timings share the machine with whatever else runs.
@@ -115,7 +116,10 @@ def decode_loop(project: Path, source: Path, count: int, size: int) -> float:
 
 
 def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
-    """Images/s of the plainest loop over the train images held in memory (uint8)."""
+    """Images/s of the plainest loop over the train images held in memory (uint8). steps 0:
+    one whole epoch timed from its first step, as the stage times its epoch (the stage's
+    figure includes its first, slower steps; so does this one); steps > 0: that many steps
+    after 5 untimed warm-up steps (shorter, and noisier: 60 steps are about 2 s)."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -131,9 +135,12 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
     model = build_model("small_cnn", len(meta["classes"]), meta["channels"])
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     order = torch.randperm(len(x))
-    warm = 5 if len(x) // batch_size > 10 else 1
-    steps = max(1, min(steps, len(x) // batch_size - warm))
-    seen, tic = 0, None
+    if steps:
+        warm = 5 if len(x) // batch_size > 10 else 1
+        steps = max(1, min(steps, len(x) // batch_size - warm))
+    else:
+        warm, steps = 0, -(-len(x) // batch_size)
+    seen, tic = 0, time.perf_counter()
     for s in range(steps + warm):
         if s == warm:  # the first steps are warm-up
             seen, tic = 0, time.perf_counter()
@@ -159,7 +166,8 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
                    "100,000.")
 @click.option("--batch-size", default=64, show_default=True)
 @click.option("--decode-sample", default=2000, show_default=True)
-@click.option("--bare-steps", default=60, show_default=True)
+@click.option("--bare-steps", default=0, show_default=True,
+              help="Steps of the bare loop; 0: one whole epoch, timed like the stage's.")
 def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, bare_steps):
     """Print per-N stage figures and the scaling ratios."""
     from tools.project import copy_project
