@@ -283,4 +283,8 @@ def test_int8_gives_the_same_outputs_on_avx2_kernels(formats_project, tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
     native, avx2 = np.load(outs["native"]), np.load(outs["avx2"])
     assert native.shape == (128, 10)
-    np.testing.assert_array_equal(avx2, native)
+    # identical on the machines checked (AVX-512 VNNI native); a CPU whose kernels round one
+    # requantization otherwise may move a logit by a step or two, while saturation moved them
+    # by up to 0.74 and changed 13.5% of the decisions
+    assert (avx2.argmax(1) == native.argmax(1)).all()
+    assert np.abs(avx2 - native).max() <= 0.05
