@@ -88,7 +88,8 @@ def queued_pair(root, seeds, env=None, jobs: int = 2) -> float:
 
 
 def stop_workers(root) -> None:
-    """Stop this queue's workers and wait for them to exit. A worker lingers after its queue
+    """Stop this queue's workers and wait until no queue worker is left on the machine (the
+    bench expects a machine of its own). A worker lingers after its queue
     empties, and `dvc queue start -j 1` then leaves the next pair to the two workers still
     alive: the "one at a time" run was a second parallel run (and an env set for the next
     start never reached them)."""
