@@ -161,13 +161,38 @@ def pool(workers: int):
     """A process pool of `workers` (fork where there is one: the parent's imports and task
     come along, nothing to re-import); None when one process does it all. Made before the
     split tables are read, so the workers inherit none of them (a forked worker's resident
-    memory counts every page it shares with the parent)."""
+    memory counts every page it shares with the parent): a fork-context executor forks every
+    worker at its first submit, so one is made here.
+
+    concurrent.futures, not multiprocessing.Pool: Pool.terminate() SIGTERMs workers that may
+    hold its result queue's lock, and its task thread then waits on that lock forever (a
+    full-disk test hung 1 run in 100 on a loaded machine). The executor never kills a healthy
+    worker: on an error it cancels what has not started and waits for the few running jobs
+    (see stopped)."""
     if workers == 1:
         return None
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-    return ctx.Pool(workers, warm_up)
+    executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up)
+    executor.submit(int)  # forks the workers now, before the tables
+    return executor
+
+
+@contextlib.contextmanager
+def stopped(executor):
+    """executor, shut down on leaving: on an error, what has not started is cancelled and the
+    running jobs finish (so no worker writes a temp file after the parent's clean-up)."""
+    if executor is None:
+        yield None
+        return
+    try:
+        yield executor
+    except BaseException:
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
 
 
 def warm_up():
@@ -181,11 +206,15 @@ def warm_up():
 
 
 def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
-    """func over the jobs (an iterable, made as the pool takes them): in the pool, or in this
-    process when there is none or `count` <= 1."""
+    """func over the jobs: in the pool (in order, or as they finish), or in this process when
+    there is none or `count` <= 1."""
     if workers_pool is None or count <= 1:
         return map(func, jobs)
-    return (workers_pool.imap if ordered else workers_pool.imap_unordered)(func, jobs)
+    if ordered:
+        return workers_pool.map(func, jobs)
+    from concurrent.futures import as_completed
+
+    return (f.result() for f in as_completed([workers_pool.submit(func, job) for job in jobs]))
 
 
 def read_headers(splits, source, workers_pool) -> tuple:
@@ -222,7 +251,7 @@ def write_shards(splits, params_path, meta, source, p, workers_pool, image_size:
     order = sorted(shards, key=lambda shard: -shard[2])
     setup = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm,
              buckets(p))
-    # each job is sliced from the tables when the pool takes it (a shard's rows at a time)
+    # each job holds its shard's rows (slices of the tables: references, not copies)
     jobs = ((setup, name, k, splits[name][k * size:(k + 1) * size], sides_from in (None, name))
             for name, k, _ in order)
     total = sum(len(r) for r in splits.values())
@@ -264,7 +293,7 @@ def main(params_path):
     # the pool first: its workers inherit this process as it is now, without the tables,
     # and import what they decode with while this one reads the tables
     try:
-        with pool(workers) or contextlib.nullcontext() as workers_pool:  # terminated on leaving
+        with stopped(pool(workers)) as workers_pool:
             splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
             prepare_splits(task, source, p, params_path, splits, letterbox, workers,
                            workers_pool)
