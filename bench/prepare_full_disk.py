@@ -35,25 +35,16 @@ def busy(stop_at: float) -> None:
 
 def one_run(timeout: float) -> str:
     """'ok', 'hang' or what went wrong, for one prepare on a fresh tiny project."""
-    from tests.fake_model_project import make_fake_project
+    from tests.fake_model_project import limit_file_size, make_prepare_project
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = make_fake_project(Path(tmp) / "project")
-        test_csv = (root / "data/split/test.csv").read_text()
-        for split in ("train", "val"):
-            (root / f"data/split/{split}.csv").write_text(test_csv)
+        root = make_prepare_project(Path(tmp) / "project")
         params = root / "params.yaml"
-        text = params.read_text().replace("data/sample", "data/source")
-        params.write_text(re.sub(r"(\n  workers:) \d+", r"\1 2", text))
-
-        def limit():
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_FSIZE, (500, 500))
-
+        params.write_text(re.sub(r"(\n  workers:) \d+", r"\1 2", params.read_text()))
         try:
             proc = subprocess.run([sys.executable, "-m", "stages.prepare"], cwd=root, text=True,
-                                  capture_output=True, timeout=timeout, preexec_fn=limit,
+                                  capture_output=True, timeout=timeout,
+                                  preexec_fn=limit_file_size(500),
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
         except subprocess.TimeoutExpired:
             return "hang"

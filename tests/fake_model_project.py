@@ -46,6 +46,29 @@ def make_fake_project(root) -> Path:
     return root
 
 
+def make_prepare_project(root) -> Path:
+    """make_fake_project that prepare can run on: every split is the test split's images, and
+    data.source points at them (tests/test_hardening.py's full-disk case and
+    bench/prepare_full_disk.py)."""
+    root = make_fake_project(root)
+    test_csv = (root / "data/split/test.csv").read_text()
+    for split in ("train", "val"):
+        (root / f"data/split/{split}.csv").write_text(test_csv)
+    (root / "params.yaml").write_text((root / "params.yaml").read_text().replace(
+        "data/sample", "data/source"))
+    return root
+
+
+def limit_file_size(nbytes):
+    """A preexec_fn that sets RLIMIT_FSIZE: a write past nbytes fails with EFBIG (a full
+    disk, for one process and its children)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+    return limit
+
+
 def read_rows(path) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

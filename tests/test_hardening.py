@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_stage, write_image
+from tests.fake_model_project import limit_file_size
 
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
 
@@ -152,14 +153,6 @@ def test_a_glob_does_not_follow_symlink_loops(onnx_model, tmp_path):
 
 
 # --- 9. predict: an unwritable or full --out ends with one line and exit 1 ---------------
-
-def limit_file_size(nbytes):
-    import resource
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
-    return limit
-
 
 def test_unwritable_or_full_out_is_one_line_exit_1(onnx_model, tmp_path):
     for i in range(40):
@@ -457,14 +450,9 @@ def stage_with_limit(name, cwd, nbytes):
 
 
 def test_prepare_and_train_on_a_full_disk_end_with_one_line(tmp_path):
-    from tests.fake_model_project import make_fake_project
+    from tests.fake_model_project import make_prepare_project
 
-    root = make_fake_project(tmp_path / "project")
-    test_csv = (root / "data/split/test.csv").read_text()
-    for split in ("train", "val"):
-        (root / f"data/split/{split}.csv").write_text(test_csv)
-    (root / "params.yaml").write_text((root / "params.yaml").read_text().replace(
-        "data/sample", "data/source"))
+    root = make_prepare_project(tmp_path / "project")
     # RLIMIT_FSIZE stands in for a full disk: a write past the limit fails with EFBIG
     proc = stage_with_limit("prepare", root, 500)  # below one shard of 12 8x8 images
     assert proc.returncode == 1, proc.stderr
