@@ -166,9 +166,9 @@ def pool(workers: int):
 
     concurrent.futures, not multiprocessing.Pool: Pool.terminate() SIGTERMs workers that may
     hold its result queue's lock, and its task thread then waits on that lock forever (a
-    full-disk test hung 1 run in 100 on a loaded machine). The executor never kills a healthy
-    worker: on an error it cancels what has not started and waits for the few running jobs
-    (see stopped)."""
+    full-disk case hung 7 runs in 200 under load: bench/prepare_full_disk.py). The executor
+    never kills a healthy worker: on an error it cancels what has not started and waits for
+    the few running jobs (see stopped)."""
     if workers == 1:
         return None
     import multiprocessing
