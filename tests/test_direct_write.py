@@ -1,0 +1,145 @@
+"""Shards are written with O_DIRECT where the filesystem takes it (stages.lib.io._write_direct):
+the same bytes as np.save, no copy left in the page cache, and a fall-back to the buffered write
+(with its one-line errors) where O_DIRECT is refused or writes short."""
+import ctypes
+import io
+import mmap
+import os
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stages.lib import io as stage_io
+from stages.lib.shards import save_npy
+from tests.fake_model_project import limit_file_size
+
+ROOT = Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+
+
+def takes_direct_io(folder: Path) -> bool:
+    """Whether folder's filesystem opens files with O_DIRECT (ext4, xfs: yes; tmpfs before
+    Linux 6.6: no)."""
+    probe = folder / ".probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except (AttributeError, OSError):
+        return False
+    os.close(fd)
+    probe.unlink()
+    return True
+
+
+def cached_pages(path: Path) -> int:
+    """How many of path's pages are in the page cache (mincore(2) over a read-only map)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        vec = (ctypes.c_ubyte * pages)()
+        assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(v & 1 for v in vec)
+
+
+def npy_bytes(array) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def direct_dir(tmp_path):
+    if not takes_direct_io(tmp_path):
+        pytest.skip(f"{tmp_path}: this filesystem refuses O_DIRECT (the buffered write is "
+                    f"what runs here, covered by test_scale_prepare)")
+    return tmp_path
+
+
+# around the 8 MiB staging buffer's edges and O_DIRECT's 4 KiB blocks (the .npy header is 128)
+@pytest.mark.parametrize("nbytes", [MiB, 8 * MiB - 128, 8 * MiB - 127, 8 * MiB,
+                                    16 * MiB + 4096 - 128, 20 * MiB + 1])
+def test_a_direct_write_has_np_save_bytes_and_leaves_the_page_cache_empty(direct_dir, nbytes):
+    array = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    path = direct_dir / "images-00000.npy"
+    save_npy(path, array)
+    assert path.read_bytes() == npy_bytes(array)  # (this read fills the cache)
+    tmp = save_npy(direct_dir / "b.npy", array, pending=True)
+    assert cached_pages(Path(tmp)) == 0  # written past the cache: O_DIRECT was used
+    stage_io.commit(tmp, direct_dir / "b.npy")
+    assert (direct_dir / "b.npy").read_bytes() == npy_bytes(array)
+    assert sorted(p.name for p in direct_dir.iterdir()) == ["b.npy", "images-00000.npy"]
+
+
+def test_the_buffered_write_fills_the_page_cache(direct_dir, monkeypatch):
+    """The measure above can fail: the buffered write (PIPELINE_DIRECT_IO=0, and every file
+    under 1 MiB) leaves its pages cached."""
+    array = np.arange(4 * MiB, dtype=np.uint8)
+    monkeypatch.setenv("PIPELINE_DIRECT_IO", "0")
+    tmp = save_npy(direct_dir / "a.npy", array, pending=True)
+    assert cached_pages(Path(tmp)) > 0
+    monkeypatch.delenv("PIPELINE_DIRECT_IO")
+    tmp = save_npy(direct_dir / "small.npy", array[:MiB - 129], pending=True)
+    assert cached_pages(Path(tmp)) > 0
+    tmp = save_npy(direct_dir / "b.npy", array, pending=True)
+    assert cached_pages(Path(tmp)) == 0
+    assert Path(tmp).read_bytes() == npy_bytes(array)
+
+
+def write_in_a_worker(seed: int) -> tuple:
+    path = Path(os.environ["DIRECT_TEST_DIR"]) / f"s{seed}.npy"
+    array = np.full(9 * MiB, seed, dtype=np.uint8)
+    for _ in range(3):
+        save_npy(path, array)
+        assert path.read_bytes() == npy_bytes(array)
+    return seed, os.getpid()
+
+
+def test_forked_workers_write_their_own_bytes(direct_dir, monkeypatch):
+    """The staging buffer is per process: workers forked after the parent wrote (and made its
+    buffer) each write their own bytes, at the same time."""
+    monkeypatch.setenv("DIRECT_TEST_DIR", str(direct_dir))
+    save_npy(direct_dir / "parent.npy", np.full(2 * MiB, 255, dtype=np.uint8))
+    import multiprocessing
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        done = list(pool.map(write_in_a_worker, range(6)))
+    assert [seed for seed, _ in done] == list(range(6))
+    for seed in range(6):
+        assert (direct_dir / f"s{seed}.npy").read_bytes() == npy_bytes(
+            np.full(9 * MiB, seed, dtype=np.uint8))
+    assert np.all(np.load(direct_dir / "parent.npy") == 255)
+
+
+@pytest.mark.parametrize("limit", [3 * MiB, 9 * MiB])
+def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit):
+    """A limit under the first 8 MiB block (O_DIRECT refuses the cut, unaligned write) and one
+    past it (the second block writes short): the buffered write takes over and fails with the
+    usual error naming the shard; no temp file is left."""
+    script = ("import sys, numpy as np; from pathlib import Path\n"
+              "from stages.lib.io import StageError; from stages.lib.shards import save_npy\n"
+              "try: save_npy(Path(sys.argv[1]), np.ones(20 * 2 ** 20, dtype=np.uint8))\n"
+              "except StageError as e: sys.exit(f'Error: {e.message}')\n")
+    path = tmp_path / "images-00003.npy"
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=ROOT, text=True,
+                          capture_output=True, preexec_fn=limit_file_size(limit))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: {path}: cannot write it: File too large (the disk, a quota or a file-size "
+        f"limit is full). Free space on {tmp_path} and re-run; the outs already there are "
+        f"complete (writes are atomic)."]
+    assert list(tmp_path.iterdir()) == []
