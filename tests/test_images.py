@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from PIL import Image
 
 from stages.lib.images import inspect_image, load_image, normalize, sha256_file
@@ -20,6 +21,27 @@ def test_normalize_scales_standardises_and_moves_channels_first():
     x = normalize(batch, mean=[0.5, 0.5], std=[0.5, 0.25])
     assert x.shape == (1, 2, 1, 1) and x.dtype == np.float32
     assert np.allclose(x[0, :, 0, 0], [-1.0, 2.0])
+
+
+@pytest.mark.parametrize("shape,mean,std", [
+    ((64, 32, 32, 3), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+    ((3, 17, 9, 1), [0.1307], [0.3081]),
+    ((2, 5, 40, 3), [0.5], [0.5]),  # one value for every channel
+    ((0, 8, 8, 3), [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
+])
+def test_normalize_has_the_bits_of_the_plain_three_pass_form(shape, mean, std):
+    """normalize works per channel plane, in place; every element must get the same float32
+    operations as the plain form (the trained models and dvc.lock depend on these bits)."""
+    batch = np.random.default_rng(len(shape) + shape[0]).integers(0, 256, shape, dtype=np.uint8)
+    plain = (batch.astype(np.float32) / 255.0 - np.asarray(mean, dtype=np.float32)) \
+        / np.asarray(std, dtype=np.float32)
+    want = np.ascontiguousarray(plain.transpose(0, 3, 1, 2))
+    got = normalize(batch, mean, std)
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    # and its strides: torch picks its convolution by them (a grey batch's channel stride of 1
+    # reads as channels-last), so other strides train other bits
+    assert got.strides == want.strides
 
 
 def test_inspect_full_decode_catches_truncation(tmp_path):
