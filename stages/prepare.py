@@ -88,20 +88,25 @@ def line_buckets(sizes, image_size, width_buckets):
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False, header_sizes=None):
+                  letterbox=False, sized=False, header_sizes=None, out=None):
     """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
     (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
     which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
     facts: a list that gets each file's (shorter side, grey) from the header this decode opens
     (prepare's hints, without a second pass over the files); header_sizes: a list that gets
-    each file's header size (OCR's width buckets)."""
+    each file's header size (OCR's width buckets). out: a uint8 array of at least len(rows)
+    images to decode into (every byte of its first len(rows) is written) instead of a new one:
+    a worker reuses one for all its shards, as fresh pages cost 8-10% of the decode."""
     import numpy as np
     from PIL import Image
 
     from stages.lib.autoprep import grey_header
     from stages.lib.images import input_hw, model_input, upright_size
 
-    x = np.zeros((len(rows), *input_hw(image_size), channels), dtype=np.uint8)
+    shape = (len(rows), *input_hw(image_size), channels)
+    x = np.zeros(shape, dtype=np.uint8) if out is None else out[:len(rows)]
+    if x.shape != shape or x.dtype != np.uint8:
+        raise ValueError(f"out: {out.dtype} {out.shape}, not room for uint8 {shape}")
     y = []
     for i, r in enumerate(rows):
         with Image.open(source / r["path"]) as img:  # what load_image does, header kept
@@ -122,6 +127,8 @@ def write_shard(job) -> tuple:
     back to the parent, and the files' temp names: the parent fsyncs and renames them
     (io.commit) while this worker decodes its next shard, instead of this worker waiting on
     the disk."""
+    import numpy as np
+
     from stages.lib.shards import IMAGES, TARGETS, WIDTHS, save_npy, shard_name
 
     setup, split, k, rows, sides_count = job
@@ -129,8 +136,12 @@ def write_shard(job) -> tuple:
     w = _WORKER
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
+    if len(w.get("out", ())) < len(rows):  # the first shard is the longest (write_shards)
+        from stages.lib.images import input_hw
+
+        w["out"] = np.empty((len(rows), *input_hw(w["image_size"]), w["channels"]), np.uint8)
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"], sizes)
+                         w["channels"], facts, w["letterbox"], w["sized"], sizes, w["out"])
     files = [(IMAGES, x), (TARGETS, y)]
     if w["width_buckets"]:  # from the headers the decode opened, not a second open
         files.append((WIDTHS, line_buckets(sizes, w["image_size"], w["width_buckets"])))
