@@ -19,9 +19,14 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
   after it, the mean of the two (the machine's speed drifts by tens of percent within
   minutes): target >= 1.6 on 2 cores;
 - train's first-epoch images/s (the stage's own timing, logs/train.json) against a bare loop:
-  the same model, batch size, optimizer and thread count over the same images held in memory
+  the same model, batch size, optimizer, thread count and train.deterministic over the same
+  images held in memory
   as one uint8 array (normalised per batch), for one whole epoch timed the same way (or
-  --bare-steps steps after a warm-up): target >= 0.95.
+  --bare-steps steps after a warm-up): target >= 0.95. The stage and the bare loop take
+  --rounds turns, each in a fresh process, and their medians are compared: on these machines
+  one process trains up to 20% faster or slower than the next, and steadily so within itself
+  (the same loop in six processes in a row: 1,283 to 1,632 images/s), so one run against one
+  run measures which process was lucky. The decode loops run in fresh processes too.
 
 At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
 prepare and train). Timings share the machine with whatever else runs.
@@ -130,6 +135,11 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
     from stages.lib.shards import images_view, load_split
     from stages.tasks.classification.model import build_model
 
+    from stages.lib.params import load
+
+    # the stage's settings: deterministic algorithms cost this loop 3-4% here (measured in one
+    # process, blocks taking turns), which is the user's choice, not streaming's cost
+    torch.use_deterministic_algorithms(load("train", project / "params.yaml").deterministic)
     _, y_view, meta = load_split("train", project / "data/processed")
     x = images_view("train", project / "data/processed")[:]  # the whole split, in memory
     y = torch.from_numpy(np.asarray(y_view[:]))
@@ -170,9 +180,26 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
 @click.option("--decode-sample", default=2000, show_default=True)
 @click.option("--bare-steps", default=0, show_default=True,
               help="Steps of the bare loop; 0: one whole epoch, timed like the stage's.")
-def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, bare_steps):
+@click.option("--rounds", default=3, show_default=True,
+              help="Train stage runs and bare loops, taking turns, each a fresh process; the "
+                   "medians are compared (one process's speed differs from the next's by up "
+                   "to 20% on these machines, while steady within it).")
+@click.option("--loop", type=click.Choice(["decode", "bare"]), hidden=True,
+              help="Run one baseline loop in this process and print its rate (the bench runs "
+                   "each in a fresh process).")
+@click.option("--project", type=click.Path(), hidden=True)
+@click.option("--source", type=click.Path(), hidden=True)
+def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, bare_steps,
+         rounds, loop, project, source):
     """Print per-N stage figures and the scaling ratios."""
     from tools.project import copy_project
+
+    if loop == "decode":
+        click.echo(decode_loop(Path(project), Path(source), decode_sample, image_size))
+        return
+    if loop == "bare":
+        click.echo(bare_train(Path(project), bare_steps, batch_size, 0.003))
+        return
 
     work = Path(work)
     results = {}
@@ -182,6 +209,7 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
     # prepare twice, a 32 px epoch, the loops) ~3 s per 1,000 files + ~20 s per N; the
     # seeded JPEG trees ~0.65 s per 1,000 files, built once and reused from --work
     guess = sum(3.0 * n / 1000 + 20 for n in ns) + 0.65 * trees / 1000
+    guess += sum((rounds - 1) * 1.6 * n / 1000 for n in ns)  # each more epoch and bare loop
     if train_image_size in (0, image_size) and image_size > 64:
         guess += sum(0.7 * n / 20 for n in ns)  # small_cnn at 160 px: ~20 images/s
     click.echo(f"expected: about {max(1, round(guess / 60))} min on 2 idle cores"
@@ -203,30 +231,55 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
             "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.5, 0.5, 0.5],
             "train.epochs": 1, "train.batch_size": batch_size})
         r = {}
+
+        def baseline(kind: str, project=project, tree=tree) -> float:
+            """One baseline loop (decode or bare) in a fresh process."""
+            out = subprocess.run(
+                [sys.executable, __file__, "--loop", kind, "--project", str(project),
+                 "--source", str(tree), "--decode-sample", str(decode_sample), "--image-size",
+                 str(image_size), "--bare-steps", str(bare_steps), "--batch-size",
+                 str(batch_size)], check=True, capture_output=True, text=True).stdout
+            return float(out.split()[-1])
+
+        stage_runs, bares = [], []
         for stage in STAGES:
             if stage == "prepare":  # the baseline on both sides of prepare: the machine drifts
-                before = decode_loop(project, tree, decode_sample, image_size)
+                before = baseline("decode")
+            if stage == "train":
+                after = baseline("decode")
             if stage == "train" and train_image_size and train_image_size != image_size:
                 from tools.project import set_params
 
-                decode = decode_loop(project, tree, decode_sample, image_size)
                 set_params(project, {"prepare.image_size": train_image_size})
                 run_stage("prepare", project)
                 click.echo(f"  (re-prepared at {train_image_size} px for train)")
-            seconds, peak = run_stage(stage, project)
-            r[stage] = {"s_per_1000": seconds / n * 1000, "seconds": seconds, "peak_rss": peak}
-            click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 files"
-                       f"  peak RSS {peak / 2**20:7.0f} MiB")
-        record = json.loads((project / "logs/train.json").read_text())
-        stage_ips = record["epochs"][0]["samples_per_s"]
-        if not (train_image_size and train_image_size != image_size):
-            decode = decode_loop(project, tree, decode_sample, image_size)
-        after = decode
+            for k in range(rounds if stage == "train" else 1):
+                if k:  # the same epoch again, from scratch
+                    import shutil
+
+                    shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
+                seconds, peak = run_stage(stage, project)
+                if stage == "train":
+                    record = json.loads((project / "logs/train.json").read_text())
+                    stage_runs.append(record["epochs"][0]["samples_per_s"])
+                    bares.append(baseline("bare"))
+                if k:
+                    continue
+                r[stage] = {"s_per_1000": seconds / n * 1000, "seconds": seconds,
+                            "peak_rss": peak}
+                click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 "
+                           f"files  peak RSS {peak / 2**20:7.0f} MiB")
+        import statistics
+
+        stage_ips, bare = statistics.median(stage_runs), statistics.median(bares)
+        click.echo(f"  train stage first epoch, images/s per run: "
+                   f"{', '.join(f'{v:.0f}' for v in stage_runs)}; bare loop, each after the "
+                   f"stage run: {', '.join(f'{v:.0f}' for v in bares)}")
         decode = (before + after) / 2
         prepare_fps = n / r["prepare"]["seconds"]
-        bare = bare_train(project, bare_steps, batch_size, 0.003)
         r.update(decode_fps=decode, decode_before=before, decode_after=after,
                  prepare_fps=prepare_fps, train_ips=stage_ips, bare_ips=bare,
+                 train_runs=stage_runs, bare_runs=bares,
                  threads=record.get("threads"),
                  processed_bytes=sum(f.stat().st_size for f in
                                      (project / "data/processed").rglob("*") if f.is_file()),
@@ -235,7 +288,8 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
                    f"{decode:.0f} files/s (mean of {before:.0f} before and {after:.0f} after): "
                    f"{prepare_fps / decode:.2f}x (target >= 1.6)")
         click.echo(f"  train first epoch {stage_ips:.1f} images/s vs bare in-memory loop "
-                   f"{bare:.1f} images/s: {stage_ips / bare:.3f} (target >= 0.95)")
+                   f"{bare:.1f} images/s (medians of {rounds}): {stage_ips / bare:.3f} "
+                   f"(target >= 0.95)")
         click.echo(f"  disk: JPEG tree {r['tree_bytes'] / 2**20:.0f} MiB, data/processed "
                    f"{r['processed_bytes'] / 2**20:.0f} MiB")
         results[n] = r
