@@ -95,10 +95,17 @@ def tree_rss(pid: int) -> int:
 
 def run_stage(name: str, cwd: Path) -> tuple[float, int]:
     """(seconds, peak RSS of the process tree) of `python -m stages.<name>` in cwd."""
+    seconds, peak, _ = run_polled([sys.executable, "-m", f"stages.{name}"], cwd, name)
+    return seconds, peak
+
+
+def run_polled(cmd: list, cwd: Path, name: str) -> tuple[float, int, str]:
+    """(seconds, peak RSS of the process tree, stdout) of cmd, its memory sampled every 50 ms
+    (stages and baseline loops alike, so the sampling's cost falls on both)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     tic = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", f"stages.{name}"], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid))
@@ -107,7 +114,7 @@ def run_stage(name: str, cwd: Path) -> tuple[float, int]:
     out, err = proc.communicate()
     if proc.returncode:
         raise SystemExit(f"{name} failed:\n{out[-3000:]}\n{err[-3000:]}")
-    return seconds, peak
+    return seconds, peak, out
 
 
 def decode_loop(project: Path, source: Path, count: int, size: int) -> float:
@@ -233,12 +240,12 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
         r = {}
 
         def baseline(kind: str, project=project, tree=tree) -> float:
-            """One baseline loop (decode or bare) in a fresh process."""
-            out = subprocess.run(
+            """One baseline loop (decode or bare) in a fresh process, watched as stages are."""
+            _, _, out = run_polled(
                 [sys.executable, __file__, "--loop", kind, "--project", str(project),
                  "--source", str(tree), "--decode-sample", str(decode_sample), "--image-size",
                  str(image_size), "--bare-steps", str(bare_steps), "--batch-size",
-                 str(batch_size)], check=True, capture_output=True, text=True).stdout
+                 str(batch_size)], project, f"{kind} loop")
             return float(out.split()[-1])
 
         stage_runs, bares = [], []
