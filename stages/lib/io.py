@@ -98,11 +98,11 @@ def _write_direct(fd: int, parts) -> bool:
     then cut off by ftruncate). True when written; False, with fd still empty and buffered,
     when the filesystem refuses O_DIRECT (tmpfs, some network and overlay filesystems) or
     writes short (a file-size limit): the buffered write then does it, or names the error."""
+    if sum(memoryview(part).nbytes for part in parts) < DIRECT_MIN or not direct_wanted():
+        return False
     import fcntl
     import mmap
 
-    if sum(memoryview(part).nbytes for part in parts) < DIRECT_MIN or not direct_wanted():
-        return False
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try:
         fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
