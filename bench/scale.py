@@ -39,6 +39,8 @@ _BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -139,10 +141,9 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
     import torch.nn.functional as F
 
     from stages.lib.images import normalize
+    from stages.lib.params import load
     from stages.lib.shards import images_view, load_split
     from stages.tasks.classification.model import build_model
-
-    from stages.lib.params import load
 
     # the stage's settings: deterministic algorithms cost this loop 3-4% here (measured in one
     # process, blocks taking turns), which is the user's choice, not streaming's cost
@@ -230,8 +231,6 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
         click.echo(f"N={n}: tree ready ({time.perf_counter() - tic:.0f} s)")
         project = work / f"project-{n}"
         if project.exists():
-            import shutil
-
             shutil.rmtree(project)
         copy_project(ROOT, project, git_init=False, params={
             "data.source": str(tree), "prepare.image_size": image_size, "prepare.channels": 3,
@@ -262,8 +261,6 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
                 click.echo(f"  (re-prepared at {train_image_size} px for train)")
             for k in range(rounds if stage == "train" else 1):
                 if k:  # the same epoch again, from scratch
-                    import shutil
-
                     shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
                 seconds, peak = run_stage(stage, project)
                 if stage == "train":
@@ -276,8 +273,6 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
                             "peak_rss": peak}
                 click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 "
                            f"files  peak RSS {peak / 2**20:7.0f} MiB")
-        import statistics
-
         stage_ips, bare = statistics.median(stage_runs), statistics.median(bares)
         click.echo(f"  train stage first epoch, images/s per run: "
                    f"{', '.join(f'{v:.0f}' for v in stage_runs)}; bare loop, each after the "
