@@ -88,7 +88,7 @@ def line_buckets(sizes, image_size, width_buckets):
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False, header_sizes=None, out=None):
+                  letterbox=False, sized=False, header_sizes=None, out=None, done=None):
     """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
     (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
     which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
@@ -96,7 +96,8 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts
     (prepare's hints, without a second pass over the files); header_sizes: a list that gets
     each file's header size (OCR's width buckets). out: a uint8 array of at least len(rows)
     images to decode into (every byte of its first len(rows) is written) instead of a new one:
-    a worker reuses one for all its shards, as fresh pages cost 8-10% of the decode."""
+    a worker reuses one for all its shards, as fresh pages cost 8-10% of the decode.
+    done: called with i after the first i images are decoded (and encoded), each time."""
     import numpy as np
     from PIL import Image
 
@@ -117,6 +118,8 @@ def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts
             size = upright_size(img)
             x[i] = model_input(img, image_size, channels, letterbox)
         y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
+        if done is not None:
+            done(i + 1)
     return x, np.array(y, dtype=dtype)
 
 
@@ -129,23 +132,32 @@ def write_shard(job) -> tuple:
     the disk."""
     import numpy as np
 
-    from stages.lib.shards import IMAGES, TARGETS, WIDTHS, save_npy, shard_name
+    from stages.lib.images import input_hw
+    from stages.lib.io import StreamedWrite
+    from stages.lib.shards import (IMAGES, TARGETS, WIDTHS, NpyBuffer, npy_header, save_npy,
+                                   shard_name)
 
     setup, split, k, rows, sides_count = job
     init_worker(*setup)
     w = _WORKER
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
-    if len(w.get("out", ())) < len(rows):  # the first shard is the longest (write_shards)
-        from stages.lib.images import input_hw
-
-        w["out"] = np.empty((len(rows), *input_hw(w["image_size"]), w["channels"]), np.uint8)
-    x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"], sizes, w["out"])
-    files = [(IMAGES, x), (TARGETS, y)]
+    path = OUT_DIR / split / shard_name(IMAGES, k)
+    shape = (len(rows), *input_hw(w["image_size"]), w["channels"])
+    if w.get("out") is None or not w["out"].fits(shape, np.uint8):  # the first shard is the longest
+        w["out"] = NpyBuffer(int(np.prod(shape)), len(npy_header(shape, np.uint8)))
+    buf = w["out"]
+    x = buf.array(shape, np.uint8)
+    per_image = x[0].nbytes if len(x) else 0
+    # the images file goes to the disk as the decode fills it (io.StreamedWrite)
+    with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as images_file:
+        x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
+                             w["channels"], facts, w["letterbox"], w["sized"], sizes, x,
+                             done=lambda i: images_file.advance(buf.header_size + i * per_image))
+        written = [(images_file.finish(), str(path))]
+    files = [(TARGETS, y)]
     if w["width_buckets"]:  # from the headers the decode opened, not a second open
         files.append((WIDTHS, line_buckets(sizes, w["image_size"], w["width_buckets"])))
-    written = []
     for kind, array in files:
         path = OUT_DIR / split / shard_name(kind, k)
         written.append((save_npy(path, array, pending=True), str(path)))

@@ -143,3 +143,138 @@ def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit):
         f"limit is full). Free space on {tmp_path} and re-run; the outs already there are "
         f"complete (writes are atomic)."]
     assert list(tmp_path.iterdir()) == []
+
+
+# prepare's images shards: io.StreamedWrite sends the file to the disk while the decode fills
+# its buffer (shards.NpyBuffer: the .npy header in front of the array, page-aligned)
+
+def fill_streamed(path: Path, array: np.ndarray, steps, on_block=None) -> str:
+    """Copy array into a NpyBuffer in `steps` pieces, as a decode would, telling a
+    StreamedWrite after each; on_block(writer, done) is called after each piece."""
+    from stages.lib.shards import NpyBuffer, npy_header
+
+    buf = NpyBuffer(array.nbytes, len(npy_header(array.shape, array.dtype)))
+    x = buf.array(array.shape, array.dtype)
+    per = x[0].nbytes
+    with stage_io.StreamedWrite(path, buf.memory, buf.file_size(array.shape, array.dtype)) as w:
+        start = 0
+        for stop in [*steps, len(array)]:
+            x[start:stop] = array[start:stop]
+            w.advance(buf.header_size + stop * per)
+            if on_block:
+                on_block(w, stop)
+            start = stop
+        return w.finish()
+
+
+def file_size_soon(fd_path: str, want: int) -> int:
+    """The temp file's size once the writer thread has written `want` bytes (or 10 s on)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while os.stat(fd_path).st_size < want and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return os.stat(fd_path).st_size
+
+
+# rows of 1 KiB: around the 8 MiB blocks and the 4 KiB pages (the header is 128 bytes)
+@pytest.mark.parametrize("rows", [1024, 8191, 8192, 16 * 1024 + 3, 20 * 1024])
+def test_a_streamed_write_is_np_save_bytes_sent_while_the_array_fills(direct_dir, rows):
+    array = np.random.default_rng(rows).integers(0, 256, (rows, 1024), dtype=np.uint8)
+    seen = []
+
+    def on_block(writer, stop):  # whole blocks are on the disk before the last row is in
+        if stop < rows:
+            seen.append(file_size_soon(writer.tmp, (128 + stop * 1024) // (8 * MiB) * 8 * MiB))
+
+    steps = list(range(1000, rows, 1000))
+    tmp = fill_streamed(direct_dir / "images-00000.npy", array, steps, on_block)
+    assert cached_pages(Path(tmp)) == 0  # O_DIRECT, straight from the buffer
+    stage_io.commit(tmp, direct_dir / "images-00000.npy")
+    assert (direct_dir / "images-00000.npy").read_bytes() == npy_bytes(array)
+    assert [p.name for p in direct_dir.iterdir()] == ["images-00000.npy"]
+    want = [(128 + s * 1024) // (8 * MiB) * 8 * MiB for s in steps]
+    assert seen == want and (rows < 9000 or max(seen) >= 8 * MiB)
+
+
+def test_a_streamed_write_falls_back_to_the_buffered_write(direct_dir, monkeypatch):
+    """PIPELINE_DIRECT_IO=0 (and every file under 1 MiB): nothing goes out before finish(), then
+    the same bytes, buffered (their pages cached)."""
+    array = np.random.default_rng(0).integers(0, 256, (10 * 1024, 1024), dtype=np.uint8)
+    monkeypatch.setenv("PIPELINE_DIRECT_IO", "0")
+    sizes = []
+    tmp = fill_streamed(direct_dir / "a.npy", array, [9000],
+                        lambda w, stop: sizes.append(os.stat(w.tmp).st_size))
+    assert sizes == [0, 0] and cached_pages(Path(tmp)) > 0
+    assert Path(tmp).read_bytes() == npy_bytes(array)
+    monkeypatch.delenv("PIPELINE_DIRECT_IO")
+    small = array[:1000]
+    tmp = fill_streamed(direct_dir / "b.npy", small, [500])
+    assert cached_pages(Path(tmp)) > 0 and Path(tmp).read_bytes() == npy_bytes(small)
+
+
+def test_a_failed_fill_leaves_no_temp_file_and_no_writer_thread(direct_dir):
+    import threading
+
+    array = np.ones((20 * 1024, 1024), dtype=np.uint8)
+    before = threading.active_count()
+
+    def fail(writer, stop):
+        if stop == 17000:
+            assert file_size_soon(writer.tmp, 16 * MiB) >= 16 * MiB  # two blocks written
+            raise RuntimeError("decode failed")
+
+    with pytest.raises(RuntimeError, match="decode failed"):
+        fill_streamed(direct_dir / "images-00001.npy", array, [9000, 17000], fail)
+    assert list(direct_dir.iterdir()) == []
+    assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("limit", [3 * MiB, 9 * MiB])
+def test_a_file_size_limit_mid_stream_is_the_one_line_error(tmp_path, limit):
+    """As save_npy's: a limit inside the first block (refused) and one past it (short); the
+    buffered write takes over, fails, names the shard; no temp file is left."""
+    script = ("import sys, numpy as np; from pathlib import Path\n"
+              "from stages.lib.io import StageError\n"
+              "from tests.test_direct_write import fill_streamed\n"
+              "array = np.ones((20 * 1024, 1024), dtype=np.uint8)\n"
+              "try: fill_streamed(Path(sys.argv[1]), array, range(1000, 20000, 1000))\n"
+              "except StageError as e: sys.exit(f'Error: {e.message}')\n")
+    path = tmp_path / "images-00003.npy"
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=ROOT, text=True,
+                          capture_output=True, preexec_fn=limit_file_size(limit))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: {path}: cannot write it: File too large (the disk, a quota or a file-size "
+        f"limit is full). Free space on {tmp_path} and re-run; the outs already there are "
+        f"complete (writes are atomic)."]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prepare_streams_its_shards_with_the_same_bytes_whatever_the_path(direct_dir,
+                                                                          monkeypatch):
+    """prepare at 160 px RGB, shards of 20 (1.5 MiB: streamed direct; val's 12 images: under
+    1 MiB, buffered): 1 and 2 workers, and PIPELINE_DIRECT_IO=0, give the same bytes; the
+    direct runs leave the big shards out of the page cache, so the streamed path ran."""
+    from tests.conftest import run_stage
+    from tests.test_scale_prepare import digest, make_dataset
+    from tools.project import set_params
+
+    make_dataset(direct_dir)
+    set_params(direct_dir, {"prepare.image_size": 160, "prepare.channels": 3,
+                            "prepare.mean": [0.5] * 3, "prepare.std": [0.5] * 3,
+                            "prepare.shard_size": 20})
+    trees, cached = [], []
+    for workers, direct in ((1, "1"), (2, "1"), (2, "0")):
+        set_params(direct_dir, {"prepare.workers": workers})
+        monkeypatch.setenv("PIPELINE_DIRECT_IO", direct)
+        proc = run_stage("prepare", cwd=direct_dir)
+        assert proc.returncode == 0, proc.stderr
+        out = direct_dir / "data/processed"
+        cached.append([cached_pages(out / f"{split}/images-00000.npy")  # before any read
+                       for split in ("train", "val")])
+        trees.append(digest(out))
+    assert trees[0] == trees[1] == trees[2]
+    assert np.load(out / "train/images-00001.npy").shape == (16, 160, 160, 3)
+    assert [c[0] for c in cached] == [0, 0, cached[2][0]] and cached[2][0] > 0
+    assert all(c[1] > 0 for c in cached)  # val: 12 images, under 1 MiB, buffered

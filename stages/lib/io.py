@@ -100,13 +100,9 @@ def _write_direct(fd: int, parts) -> bool:
     writes short (a file-size limit): the buffered write then does it, or names the error."""
     if sum(memoryview(part).nbytes for part in parts) < DIRECT_MIN or not direct_wanted():
         return False
-    import fcntl
     import mmap
 
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-    except OSError:
+    if not _set_direct(fd, True):
         return False
     with _staging_lock:
         if os.getpid() not in _staging:  # MAP_PRIVATE: a forked child's writes are its own
@@ -121,30 +117,152 @@ def _write_direct(fd: int, parts) -> bool:
                     buf[fill:fill + n] = part[:n]
                     fill, part = fill + n, part[n:]
                     if fill == _CHUNK:
-                        _write_block(fd, buf)
+                        _write_block(fd, buf, size)
                         size, fill = size + fill, 0
             if fill:
-                _write_block(fd, buf[:-(-fill // _ALIGN) * _ALIGN])
+                _write_block(fd, buf[:_padded(fill)], size)
                 size += fill
             os.ftruncate(fd, size)
             return True
         except OSError as exc:
             if exc.errno != errno.EINVAL and not isinstance(exc, _ShortWrite):
                 raise
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)  # (pwrite left the file position at 0)
             return False
         finally:
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            _set_direct(fd, False)
 
 
 class _ShortWrite(OSError):
     pass
 
 
-def _write_block(fd: int, block) -> None:
-    if os.write(fd, block) != len(block):
+def _write_block(fd: int, block, offset: int) -> None:
+    if os.pwrite(fd, block, offset) != len(block):
         raise _ShortWrite("short O_DIRECT write")
+
+
+class StreamedWrite:
+    """One new file written from a page-aligned buffer while the caller is still filling it:
+    advance(done) says bytes [0, done) of buf are final, and every whole 8 MiB block of them
+    goes to the disk with O_DIRECT straight from buf (no staging copy), from a writer thread,
+    while the caller goes on (prepare's workers decode the rest of the shard meanwhile, instead
+    of waiting on the disk at the end). finish() writes the rest and returns the temp file's
+    path, as write_pending does, for commit() to fsync and rename.
+
+    buf: memory that starts on a page boundary (an mmap) with room up to size rounded up to
+    4 KiB (the last block is written padded, then cut off by ftruncate). Where O_DIRECT is not
+    used (a file under 1 MiB, PIPELINE_DIRECT_IO=0, a filesystem that refuses it, a short
+    write), finish() writes buf[:size] buffered: the same bytes, and write_bytes' one-line
+    errors. As a context manager, an exception inside (a failed decode) waits for the writer
+    thread and removes the temp file."""
+
+    def __init__(self, path, buf, size: int):
+        self.path, self.size = Path(path), size
+        self.buf = memoryview(buf).cast("B")
+        self.sent, self.pending, self.pool = 0, [], None
+        if len(self.buf) < size:
+            raise ValueError(f"{path}: a buffer of {len(self.buf)} bytes for {size}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd, self.tmp = tempfile.mkstemp(dir=self.path.parent,
+                                                 prefix=f".{self.path.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise write_failed(self.path, exc) from None
+        self.direct = (size >= DIRECT_MIN and direct_wanted() and _page_aligned(self.buf)
+                       and len(self.buf) >= _padded(size) and _set_direct(self.fd, True))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if kind is not None:
+            self._drain()
+            self._close()
+            Path(self.tmp).unlink(missing_ok=True)
+
+    def advance(self, done: int) -> None:
+        """Bytes [0, done) of buf are final: hand every whole block of them to the writer."""
+        while self.direct and done - self.sent >= _CHUNK:
+            self._send(_CHUNK)
+
+    def finish(self) -> str:
+        """Write what is left, wait for the writer; the temp file's path (see write_pending)."""
+        try:
+            if self.direct:
+                if self.size > self.sent:
+                    self._send(_padded(self.size) - self.sent)
+                if not self._drain():  # refused or short: the buffered write does it all
+                    self.direct = False
+                    _set_direct(self.fd, False)
+                    os.ftruncate(self.fd, 0)
+            if self.direct:
+                os.ftruncate(self.fd, self.size)
+            else:
+                with os.fdopen(self.fd, "wb", closefd=False) as f:
+                    f.write(self.buf[:self.size])  # all of it, or raises
+            os.chmod(self.tmp, 0o666 & ~_UMASK)
+            self._close()
+        except BaseException as exc:
+            self._drain()
+            self._close()
+            Path(self.tmp).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise write_failed(self.path, exc) from None
+            raise
+        return self.tmp
+
+    def _send(self, n: int) -> None:
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="direct-write")
+        off, self.sent = self.sent, self.sent + n
+        self.pending.append(self.pool.submit(_write_block, self.fd, self.buf[off:off + n], off))
+
+    def _drain(self) -> bool:
+        """Wait for every block sent: True when all were written whole; False when O_DIRECT
+        was refused or wrote short (other errors raise)."""
+        whole = True
+        for future in self.pending:
+            exc = future.exception()
+            if exc is not None:
+                if exc.errno != errno.EINVAL and not isinstance(exc, _ShortWrite):
+                    self.pending = []
+                    raise exc
+                whole = False
+        self.pending = []
+        return whole
+
+    def _close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _padded(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
+def _page_aligned(buf) -> bool:
+    import numpy as np
+
+    return np.frombuffer(buf, np.uint8).ctypes.data % _ALIGN == 0
+
+
+def _set_direct(fd: int, on: bool) -> bool:
+    """Turn O_DIRECT on or off for fd: False where the filesystem refuses it."""
+    import fcntl
+
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT if on else flags & ~os.O_DIRECT)
+    except OSError:
+        return False
+    return True
 
 
 def write_pending(path, data, direct: bool = False) -> str:
