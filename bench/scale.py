@@ -15,8 +15,9 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
 - peak RSS of each stage: the largest sum of the resident memory of the stage's process and
   its children (prepare's and ingest's workers), sampled every 50 ms;
 - prepare's speed against a single-process decode loop (stages.lib.images.load_image over the
-  first --decode-sample train files, nothing written), timed just before prepare and just
-  after it, the mean of the two (the machine's speed drifts by tens of percent within
+  first --decode-sample train files, nothing written), run --decode-runs times just before
+  prepare and as many just after it, each in a fresh process, their median (a process decodes
+  up to 20% faster or slower than the next, and the machine's speed drifts within
   minutes): target >= 1.6 on 2 cores;
 - train's first-epoch images/s (the stage's own timing, logs/train.json) against a bare loop:
   the same model, batch size, optimizer, thread count and train.deterministic over the same
@@ -26,7 +27,10 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
   --rounds turns, each in a fresh process, and their medians are compared: on these machines
   one process trains up to 20% faster or slower than the next, and steadily so within itself
   (the same loop in six processes in a row: 1,283 to 1,632 images/s), so one run against one
-  run measures which process was lucky. The decode loops run in fresh processes too.
+  run measures which process was lucky. The decode loops run in fresh processes too;
+- the same comparison without that luck (--paired-epochs): bench/train.py --processed runs the
+  stage's own fit() over the shards and the bare loop over the split in memory in one process,
+  one bare step before each stage step on the same samples, after a warm-up epoch.
 
 At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
 prepare and train). Timings share the machine with whatever else runs.
@@ -185,20 +189,29 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
                    "trains at ~10-30 images/s on 2 CPU cores, an hour or two per epoch of "
                    "100,000.")
 @click.option("--batch-size", default=64, show_default=True)
-@click.option("--decode-sample", default=2000, show_default=True)
+@click.option("--decode-sample", default=2000, show_default=True,
+              help="Train files the single-process decode loop decodes.")
+@click.option("--decode-runs", default=3, show_default=True,
+              help="Decode loops (fresh processes) before prepare, and as many after; their "
+                   "median is prepare's baseline.")
 @click.option("--bare-steps", default=0, show_default=True,
               help="Steps of the bare loop; 0: one whole epoch, timed like the stage's.")
 @click.option("--rounds", default=3, show_default=True,
               help="Train stage runs and bare loops, taking turns, each a fresh process; the "
                    "medians are compared (one process's speed differs from the next's by up "
                    "to 20% on these machines, while steady within it).")
+@click.option("--paired-epochs", default=1, show_default=True,
+              help="Then bench/train.py --processed on the same shards: the stage's fit() and a "
+                   "bare loop over the split in memory, step by step in one process (no luck "
+                   "of the process on either side), this many epochs after a warm-up one; "
+                   "0 = skip.")
 @click.option("--loop", type=click.Choice(["decode", "bare"]), hidden=True,
               help="Run one baseline loop in this process and print its rate (the bench runs "
                    "each in a fresh process).")
 @click.option("--project", type=click.Path(), hidden=True)
 @click.option("--source", type=click.Path(), hidden=True)
-def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, bare_steps,
-         rounds, loop, project, source):
+def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, decode_runs,
+         bare_steps, rounds, paired_epochs, loop, project, source):
     """Print per-N stage figures and the scaling ratios."""
     from tools.project import copy_project
 
@@ -218,6 +231,8 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
     # seeded JPEG trees ~0.65 s per 1,000 files, built once and reused from --work
     guess = sum(3.0 * n / 1000 + 20 for n in ns) + 0.65 * trees / 1000
     guess += sum((rounds - 1) * 1.6 * n / 1000 for n in ns)  # each more epoch and bare loop
+    guess += sum((paired_epochs + 1) * 1.0 * n / 1000 for n in ns if paired_epochs)
+    guess += 2 * (decode_runs - 1) * 2.5 * len(ns)  # each more decode loop: ~2.5 s
     if train_image_size in (0, image_size) and image_size > 64:
         guess += sum(0.7 * n / 20 for n in ns)  # small_cnn at 160 px: ~20 images/s
     click.echo(f"expected: about {max(1, round(guess / 60))} min on 2 idle cores"
@@ -250,9 +265,9 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
         stage_runs, bares = [], []
         for stage in STAGES:
             if stage == "prepare":  # the baseline on both sides of prepare: the machine drifts
-                before = baseline("decode")
+                before = [baseline("decode") for _ in range(decode_runs)]
             if stage == "train":
-                after = baseline("decode")
+                after = [baseline("decode") for _ in range(decode_runs)]
             if stage == "train" and train_image_size and train_image_size != image_size:
                 from tools.project import set_params
 
@@ -277,7 +292,15 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
         click.echo(f"  train stage first epoch, images/s per run: "
                    f"{', '.join(f'{v:.0f}' for v in stage_runs)}; bare loop, each after the "
                    f"stage run: {', '.join(f'{v:.0f}' for v in bares)}")
-        decode = (before + after) / 2
+        if paired_epochs:
+            _, _, out = run_polled(
+                [sys.executable, str(ROOT / "bench/train.py"), "--params",
+                 str(project / "params.yaml"), "--processed", str(project / "data/processed"),
+                 "--epochs", str(paired_epochs)], project, "paired train loops")
+            stage_pair, bare_pair = (float(line.split()[-2]) for line in out.splitlines()
+                                     if line.startswith(("stage loop:", "bare loop:")))
+            r.update(paired_stage_ips=stage_pair, paired_bare_ips=bare_pair)
+        decode = statistics.median(before + after)
         prepare_fps = n / r["prepare"]["seconds"]
         r.update(decode_fps=decode, decode_before=before, decode_after=after,
                  prepare_fps=prepare_fps, train_ips=stage_ips, bare_ips=bare,
@@ -287,11 +310,17 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, b
                                      (project / "data/processed").rglob("*") if f.is_file()),
                  tree_bytes=sum(f.stat().st_size for f in tree.rglob("*.jpg")))
         click.echo(f"  prepare {prepare_fps:.0f} files/s vs single-process decode loop "
-                   f"{decode:.0f} files/s (mean of {before:.0f} before and {after:.0f} after): "
+                   f"{decode:.0f} files/s (median of {', '.join(f'{v:.0f}' for v in before)} "
+                   f"before and {', '.join(f'{v:.0f}' for v in after)} after): "
                    f"{prepare_fps / decode:.2f}x (target >= 1.6)")
         click.echo(f"  train first epoch {stage_ips:.1f} images/s vs bare in-memory loop "
                    f"{bare:.1f} images/s (medians of {rounds}): {stage_ips / bare:.3f} "
                    f"(target >= 0.95)")
+        if paired_epochs:
+            click.echo(f"  train stage's fit() {stage_pair:.1f} images/s vs bare in-memory loop "
+                       f"{bare_pair:.1f} images/s, step by step in one process "
+                       f"(bench/train.py --processed, {paired_epochs} epoch(s) after a warm-up "
+                       f"one): {stage_pair / bare_pair:.3f} (target >= 0.95)")
         click.echo(f"  disk: JPEG tree {r['tree_bytes'] / 2**20:.0f} MiB, data/processed "
                    f"{r['processed_bytes'] / 2**20:.0f} MiB")
         results[n] = r

@@ -17,10 +17,12 @@ warm-up and dropped. Prints each loop's samples/s over the timed steps, their ra
 median of per-epoch ratios; target >= 0.95.
 
     python bench/train.py [--epochs 10] [--params params.yaml] [--shards]
+    python bench/train.py --processed data/processed [--params params.yaml] [--epochs 2]
 
 --shards: the stage's loop reads prepare's shards from disk (per-batch reads and
 normalisation, as the train stage does) while the bare loop indexes the same images held in
-memory, normalised once: the cost of streaming.
+memory, normalised once: the cost of streaming. --processed: the same, on the train and val
+shards a prepare already wrote (bench/scale.py: its 25,000 and 100,000 image trees).
 """
 import sys
 
@@ -59,7 +61,12 @@ def bare_step(model, opt, x, y, idx) -> float:
                    "shards.py, normalised per batch); the bare loop keeps them in memory.")
 @click.option("--image-size", default=16, show_default=True)
 @click.option("--channels", default=1, show_default=True, type=click.Choice(["1", "3"]))
-def main(epochs, params_path, samples, shards, image_size, channels):
+@click.option("--processed", type=click.Path(exists=True, file_okay=False),
+              help="Time on the shards a prepare wrote in this folder (classification: its "
+                   "meta.json, train and val splits) instead of random ones; the bare loop "
+                   "holds the train split in memory (float32: 12 bytes a pixel of RGB), so "
+                   "--samples, --image-size and --channels do not apply.")
+def main(epochs, params_path, samples, shards, image_size, channels, processed):
     """Print stage samples/s, bare samples/s and their ratio."""
     import dataclasses
 
@@ -79,7 +86,15 @@ def main(epochs, params_path, samples, shards, image_size, channels):
     y = torch.randint(0, 10, (samples,), generator=g)
     meta = {"classes": [str(i) for i in range(10)], "channels": c}
     data = (x, y, x[:64], y[:64])
-    if shards:  # the same samples as uint8 shards; the bare loop gets them normalised in memory
+    if processed:  # prepare's own shards; the bare loop gets the train split in memory
+        from stages.lib.images import load_processed
+
+        x_train, y_train, meta = load_processed("train", processed, torch=True)
+        x_val, y_val, _ = load_processed("val", processed, torch=True)
+        x, y = x_train[:], y_train[:]
+        samples, c = len(x), meta["channels"]
+        data = (x_train, y_train, x_val, y_val)
+    elif shards:  # the same samples as uint8 shards; the bare loop gets them normalised in memory
         import tempfile
 
         from stages.lib.images import load_processed, normalize
@@ -97,7 +112,7 @@ def main(epochs, params_path, samples, shards, image_size, channels):
     set_deterministic(p.deterministic)
     run = setup(p, meta, current(params_path))
     torch.manual_seed(p.seed)
-    bare_model = build_model(p.model, 10, c)
+    bare_model = build_model(p.model, len(meta["classes"]), c)
     bare_opt = make_optimizer(p, bare_model)
     bare_model.train()
     # per epoch: [(stage seconds, bare seconds, samples)]
@@ -108,7 +123,7 @@ def main(epochs, params_path, samples, shards, image_size, channels):
                                   for e in steps[1:])
     click.echo(f"threads {torch.get_num_threads()}, model {p.model}, batch {p.batch_size}, "
                f"{samples} samples, {epochs} timed epochs ({len(timed)} step pairs)"
-               + (", stage reading shards" if shards else ""))
+               + (", stage reading shards" if shards or processed else ""))
     click.echo(f"stage loop: {stage:9.1f} samples/s")
     click.echo(f"bare loop:  {bare:9.1f} samples/s")
     click.echo(f"ratio stage/bare: {stage / bare:.3f} (median of per-epoch ratios: "

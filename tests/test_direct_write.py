@@ -125,14 +125,22 @@ def test_forked_workers_write_their_own_bytes(direct_dir, monkeypatch):
     assert np.all(np.load(direct_dir / "parent.npy") == 255)
 
 
+WRITERS = {  # the same 20 MiB of ones, by save_npy and streamed as a decode fills its buffer
+    "save_npy": "save_npy(Path(sys.argv[1]), np.ones(20 * 2 ** 20, dtype=np.uint8))",
+    "streamed": "fill_streamed(Path(sys.argv[1]), np.ones((20 * 1024, 1024), dtype=np.uint8), "
+                "range(1000, 20000, 1000))"}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
 @pytest.mark.parametrize("limit", [3 * MiB, 9 * MiB])
-def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit):
+def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit, writer):
     """A limit under the first 8 MiB block (O_DIRECT refuses the cut, unaligned write) and one
     past it (the second block writes short): the buffered write takes over and fails with the
     usual error naming the shard; no temp file is left."""
     script = ("import sys, numpy as np; from pathlib import Path\n"
               "from stages.lib.io import StageError; from stages.lib.shards import save_npy\n"
-              "try: save_npy(Path(sys.argv[1]), np.ones(20 * 2 ** 20, dtype=np.uint8))\n"
+              "from tests.test_direct_write import fill_streamed\n"
+              f"try: {WRITERS[writer]}\n"
               "except StageError as e: sys.exit(f'Error: {e.message}')\n")
     path = tmp_path / "images-00003.npy"
     proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=ROOT, text=True,
@@ -228,27 +236,6 @@ def test_a_failed_fill_leaves_no_temp_file_and_no_writer_thread(direct_dir):
         fill_streamed(direct_dir / "images-00001.npy", array, [9000, 17000], fail)
     assert list(direct_dir.iterdir()) == []
     assert threading.active_count() == before
-
-
-@pytest.mark.parametrize("limit", [3 * MiB, 9 * MiB])
-def test_a_file_size_limit_mid_stream_is_the_one_line_error(tmp_path, limit):
-    """As save_npy's: a limit inside the first block (refused) and one past it (short); the
-    buffered write takes over, fails, names the shard; no temp file is left."""
-    script = ("import sys, numpy as np; from pathlib import Path\n"
-              "from stages.lib.io import StageError\n"
-              "from tests.test_direct_write import fill_streamed\n"
-              "array = np.ones((20 * 1024, 1024), dtype=np.uint8)\n"
-              "try: fill_streamed(Path(sys.argv[1]), array, range(1000, 20000, 1000))\n"
-              "except StageError as e: sys.exit(f'Error: {e.message}')\n")
-    path = tmp_path / "images-00003.npy"
-    proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=ROOT, text=True,
-                          capture_output=True, preexec_fn=limit_file_size(limit))
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        f"Error: {path}: cannot write it: File too large (the disk, a quota or a file-size "
-        f"limit is full). Free space on {tmp_path} and re-run; the outs already there are "
-        f"complete (writes are atomic)."]
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_prepare_streams_its_shards_with_the_same_bytes_whatever_the_path(direct_dir,
