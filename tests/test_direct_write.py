@@ -265,3 +265,20 @@ def test_prepare_streams_its_shards_with_the_same_bytes_whatever_the_path(direct
     assert np.load(out / "train/images-00001.npy").shape == (16, 160, 160, 3)
     assert [c[0] for c in cached] == [0, 0, cached[2][0]] and cached[2][0] > 0
     assert all(c[1] > 0 for c in cached)  # val: 12 images, under 1 MiB, buffered
+
+
+def test_a_failed_fill_is_the_error_reported_even_when_a_block_failed_too(tmp_path):
+    """The decode fails after the writer thread hit the file-size limit (block 2 starts past a
+    3 MiB limit: EFBIG): the decode's error comes out, not the write's; no temp file stays."""
+    script = ("import sys, numpy as np; from pathlib import Path\n"
+              "from tests.test_direct_write import fill_streamed\n"
+              "def fail(w, stop):\n"
+              "    if stop == 19000: raise RuntimeError('decode failed at 19000')\n"
+              "fill_streamed(Path(sys.argv[1]), np.ones((20 * 1024, 1024), dtype=np.uint8),\n"
+              "              range(1000, 20000, 1000), fail)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "images-00004.npy")],
+                          cwd=ROOT, text=True, capture_output=True,
+                          preexec_fn=limit_file_size(3 * MiB))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == "RuntimeError: decode failed at 19000"
+    assert list(tmp_path.iterdir()) == []

@@ -176,10 +176,14 @@ class StreamedWrite:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if kind is not None:
-            self._drain()
-            self._close()
-            Path(self.tmp).unlink(missing_ok=True)
+        if kind is not None:  # the caller's error is the one to report, not a write's
+            try:
+                self._drain()
+            except OSError:
+                pass
+            finally:
+                self._close()
+                Path(self.tmp).unlink(missing_ok=True)
 
     def advance(self, done: int) -> None:
         """Bytes [0, done) of buf are final: hand every whole block of them to the writer."""
