@@ -134,8 +134,7 @@ def write_shard(job) -> tuple:
 
     from stages.lib.images import input_hw
     from stages.lib.io import StreamedWrite
-    from stages.lib.shards import (IMAGES, TARGETS, WIDTHS, NpyBuffer, npy_header, save_npy,
-                                   shard_name)
+    from stages.lib.shards import IMAGES, TARGETS, WIDTHS, NpyBuffer, save_npy, shard_name
 
     setup, split, k, rows, sides_count = job
     init_worker(*setup)
@@ -145,10 +144,10 @@ def write_shard(job) -> tuple:
     path = OUT_DIR / split / shard_name(IMAGES, k)
     shape = (len(rows), *input_hw(w["image_size"]), w["channels"])
     if w.get("out") is None or not w["out"].fits(shape, np.uint8):  # the first shard is the longest
-        w["out"] = NpyBuffer(int(np.prod(shape)), len(npy_header(shape, np.uint8)))
+        w["out"] = NpyBuffer(shape, np.uint8)
     buf = w["out"]
     x = buf.array(shape, np.uint8)
-    per_image = x[0].nbytes if len(x) else 0
+    per_image = x.nbytes // len(x)
     # the images file goes to the disk as the decode fills it (io.StreamedWrite)
     with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as images_file:
         x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],

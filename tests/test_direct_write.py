@@ -159,9 +159,9 @@ def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit, writ
 def fill_streamed(path: Path, array: np.ndarray, steps, on_block=None) -> str:
     """Copy array into a NpyBuffer in `steps` pieces, as a decode would, telling a
     StreamedWrite after each; on_block(writer, done) is called after each piece."""
-    from stages.lib.shards import NpyBuffer, npy_header
+    from stages.lib.shards import NpyBuffer
 
-    buf = NpyBuffer(array.nbytes, len(npy_header(array.shape, array.dtype)))
+    buf = NpyBuffer(array.shape, array.dtype)
     x = buf.array(array.shape, array.dtype)
     per = x[0].nbytes
     with stage_io.StreamedWrite(path, buf.memory, buf.file_size(array.shape, array.dtype)) as w:

@@ -75,30 +75,33 @@ class NpyBuffer:
     """A .npy file's bytes in one page-aligned buffer, the header in front of the array: an
     array decoded into it is already the file, which io.StreamedWrite sends to the disk as it
     fills (O_DIRECT from this memory, no copy). One is reused for every shard a prepare worker
-    writes (fresh pages would cost 8-10% of the decode); `capacity`: the largest array's
-    bytes."""
+    writes (fresh pages would cost 8-10% of the decode); made for the largest shape."""
 
-    def __init__(self, capacity: int, header_size: int):
+    def __init__(self, shape, dtype):
         import mmap
 
         from stages.lib.io import _padded
 
-        self.capacity, self.header_size = capacity, header_size
-        self.memory = mmap.mmap(-1, _padded(header_size + capacity), flags=mmap.MAP_PRIVATE)
+        self.capacity, self.header_size = _nbytes(shape, dtype), len(npy_header(shape, dtype))
+        self.memory = mmap.mmap(-1, _padded(self.header_size + self.capacity),
+                                flags=mmap.MAP_PRIVATE)
 
     def fits(self, shape, dtype) -> bool:
         return (len(npy_header(shape, dtype)) == self.header_size
-                and int(np.prod(shape)) * np.dtype(dtype).itemsize <= self.capacity)
+                and _nbytes(shape, dtype) <= self.capacity)
 
     def array(self, shape, dtype) -> np.ndarray:
         """The array part for this shape (its header written in front), to fill."""
-        header = npy_header(shape, dtype)
-        self.memory[:len(header)] = header
+        self.memory[:self.header_size] = npy_header(shape, dtype)
         return np.frombuffer(self.memory, dtype, int(np.prod(shape)),
-                             len(header)).reshape(shape)
+                             self.header_size).reshape(shape)
 
     def file_size(self, shape, dtype) -> int:
-        return self.header_size + int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return self.header_size + _nbytes(shape, dtype)
+
+
+def _nbytes(shape, dtype) -> int:
+    return int(np.prod(shape)) * np.dtype(dtype).itemsize
 
 
 def write_split(root, split: str, images, targets, shard_size: int) -> int:
