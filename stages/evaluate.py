@@ -31,6 +31,10 @@ def main(params_path):
     with compare_with, that model's metrics on the same test set go beside them.
     """
     p = load("evaluate", params_path)
+    from stages.lib.kernels import use
+
+    trained = load("train", params_path)  # the model's kernel profile and thread count
+    kernels = use(trained.kernels, trained.threads, click.echo)  # before torch loads
     from stages.lib.images import load_processed
     from stages.lib.models import load_model, no_weights, predict_bucketed, predict_logits
     from stages.lib.provenance import run_record, write_run_record
@@ -39,7 +43,7 @@ def main(params_path):
 
     from stages.lib.cores import stage_threads
 
-    stage_threads()  # its share of the cores under `dvc queue start -j N`; alone: unchanged
+    stage_threads(not kernels["threads_fixed"])  # a queue's share, unless train.threads
     task = current(params_path)
     model, meta = load_model(MODEL)
     x, y, _ = load_processed("test")

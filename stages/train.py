@@ -491,6 +491,9 @@ def main(params_path):
     if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(p, params_path)
         return
+    from stages.lib.kernels import use
+
+    kernels = use(p.kernels, p.threads, click.echo)  # before torch loads: it picks the kernels
     import dataclasses
 
     import torch
@@ -558,7 +561,8 @@ def main(params_path):
         for path in (ck.LAST, ck.BEST):
             path.unlink(missing_ok=True)
     click.echo(f"train: {message}")
-    record = {**run_record("train", p), "world_size": world, **cores, "device_name": device,
+    record = {**run_record("train", p), "world_size": world, **cores, "kernels": kernels,
+              "device_name": device,
               "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
               if device != "cpu" else system_memory_bytes(),
               "resume": message, "fingerprint": fingerprint, "status": "running", "epochs": []}
@@ -683,7 +687,7 @@ def main(params_path):
                 *(["letterbox"] if "letterbox" in meta else []))  # prepare.letterbox
         buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
         save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
-                                  "task": task.name, **buckets})
+                                  "task": task.name, **buckets, "kernels": kernels["kernels"]})
         history, best = run["state"]["history"], run["state"]["best"]
         last = history[-1]
         metric = f"val_{task.val_metric}"

@@ -105,6 +105,29 @@ def torch_findings() -> list[Finding]:
     return findings
 
 
+def kernel_findings(root) -> list[Finding]:
+    """Whether this CPU runs the kernel profile dvc.lock was written under (train.kernels)."""
+    from stages.lib.kernels import PORTABLE, cpu_name, unsupported
+    from stages.lib.params import load
+
+    try:
+        profile = load("train", Path(root) / "params.yaml").kernels
+    except Exception as exc:  # a params problem is every stage's first error; name it here too
+        return [Finding(WARN, "kernels", f"params.yaml: {exc}", "fix params.yaml")]
+    if profile != PORTABLE:
+        return [Finding(WARN, "kernels", "train.kernels is native: the outs from train on "
+                        "reproduce dvc.lock only on the kind of CPU that wrote it",
+                        "set train.kernels: portable (the same bytes on any x86-64 AVX2 CPU)")]
+    why = unsupported()
+    if why:
+        return [Finding(WARN, "kernels", f"unsupported CPU for train.kernels portable: {why}; "
+                        f"the stages run native kernels, so the outs from train on will not "
+                        f"match a lock written under portable",
+                        "run on an x86-64 machine with AVX2 and FMA to reproduce dvc.lock")]
+    return [Finding(OK, "kernels", f"train.kernels portable on {cpu_name()} (AVX2, FMA): "
+                    f"every out of dvc.lock reproduces bit for bit")]
+
+
 def outs_size(root) -> int:
     """Bytes of every out recorded in dvc.lock."""
     import yaml
@@ -348,7 +371,8 @@ def lock_outs(root) -> list[str]:
 @click.option("--timeout", default=5.0, show_default=True,
               help="Seconds to wait for the remote to answer before calling it unreachable.")
 def main(lock_path, remote, timeout):
-    """Check Python, packages (against the lock file), torch/CUDA and GPUs, free disk, the DVC
+    """Check Python, packages (against the lock file), torch/CUDA and GPUs, the CPU against
+    the kernel profile (train.kernels portable needs x86-64 with AVX2), free disk, the DVC
     remote (reachable, credentials), the git tree, data.source (no FIFO, socket or device, on
     which DVC's hashing blocks), `dvc status` and whether this commit's outs are on the remote
     (`dvc status -c`); print each problem with the command that fixes it.
@@ -360,6 +384,7 @@ def main(lock_path, remote, timeout):
     """
     root = Path.cwd()
     checks = [python_findings, lambda: lock_findings(lock_path), torch_findings,
+              lambda: kernel_findings(root),
               lambda: disk_findings(root), lambda: remote_findings(root, remote, timeout),
               lambda: git_findings(root), lambda: source_findings(root),
               lambda: dvc_status_findings(root), lambda: remote_sync_findings(root, remote)]

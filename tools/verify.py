@@ -22,6 +22,36 @@ WITHIN_TOL = "metrics equal within tolerance"
 DIFFERENT = "different"
 MISSING = "missing"
 NOT_RUN = "not re-run"
+UNSUPPORTED = "unsupported CPU"
+# the stages whose outs come from float kernels (train.kernels decides whether they are portable)
+FLOAT_STAGES = ("train", "evaluate", "export", "report")
+
+
+def lock_profile(clone: Path) -> str:
+    """train.kernels of the commit's params.yaml: the profile its dvc.lock was written under
+    (a commit from before profiles existed: native)."""
+    import yaml
+
+    params = yaml.safe_load((clone / "params.yaml").read_text()) or {}
+    return (params.get("train") or {}).get("kernels", "native")
+
+
+def profile_lines(written: str) -> tuple[list[str], str]:
+    """(what to print about the lock's profile and this machine's, why this machine cannot
+    reproduce the float outs bit for bit or "")."""
+    from stages.lib.kernels import PORTABLE, cpu_name, resolve
+
+    here, why = resolve(written)
+    lines = [f"verify: dvc.lock was written under train.kernels {written}; this machine "
+             f"({cpu_name()}) runs {here}" + (f" ({why})" if why else "")]
+    if written == PORTABLE and not why:
+        lines.append("verify: portable: every out must be bit-identical on any x86-64 CPU "
+                     "with AVX2")
+    elif written != PORTABLE:
+        why = ""  # native: only the kind of CPU that wrote it reproduces it; nothing to excuse
+        lines.append("verify: native: the outs from train on are bit-identical only on the "
+                     "kind of CPU that wrote the lock (metrics are compared within --tol)")
+    return lines, why
 
 
 def metrics_close(expected, got, tol: float) -> bool:
@@ -199,8 +229,10 @@ def main(rev, pull, stage_args, tol, keep):
     Prints one row per out (stage, out, expected, got, verdict) and exits 1 when any out is
     not bit-identical. Verdicts: bit-identical; metrics equal within tolerance (the out's bytes
     differ but the stage's metrics agree to --tol: floating-point noise, e.g. another CPU);
-    different; missing; not re-run (DVC skipped the stage). Uncommitted changes in the working
-    copy are not part of REV.
+    different; missing; not re-run (DVC skipped the stage); unsupported CPU (the lock was
+    written under train.kernels portable and this CPU lacks AVX2/FMA or is not x86-64, so its
+    float outs cannot be compared). Under portable every out must be bit-identical on any
+    x86-64 CPU with AVX2. Uncommitted changes in the working copy are not part of REV.
     """
     import json
 
@@ -221,6 +253,9 @@ def main(rev, pull, stage_args, tol, keep):
         if not (clone / "dvc.lock").is_file():
             raise StageError(f"verify: commit {sha[:12]} has no dvc.lock: nothing to verify.")
         committed = lock_hashes(clone)
+        lines, unsupported = profile_lines(lock_profile(clone))
+        for line in lines:
+            click.echo(line, err=True)
         lock = yaml.safe_load((clone / "dvc.lock").read_text())
         dvc_yaml = yaml.safe_load((clone / "dvc.yaml").read_text())
         unknown = [s for s in stages if s not in dvc_yaml.get("stages", {})]
@@ -254,7 +289,14 @@ def main(rev, pull, stage_args, tol, keep):
             click.echo(f"verify: kept {clone}", err=True)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+    if unsupported:  # not a difference of the pipeline's: this CPU cannot run the profile
+        for r in rows:
+            if r["stage"] in FLOAT_STAGES and r["verdict"] != IDENTICAL:
+                r["verdict"] = UNSUPPORTED
     click.echo(table(rows))
+    if unsupported:
+        click.echo(f"verify: this CPU is unsupported for the portable kernels: {unsupported}; "
+                   "run verify on an x86-64 machine with AVX2 and FMA", err=True)
     bad = [r for r in rows if r["verdict"] != IDENTICAL]
     click.echo(f"verify: {len(rows) - len(bad)} of {len(rows)} outs bit-identical to dvc.lock "
                f"at {sha[:12]}" + (f"; not identical: {', '.join(r['out'] for r in bad)}"

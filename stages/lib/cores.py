@@ -78,11 +78,12 @@ def share(threads: int, default: int) -> tuple[int, int]:
     return max(1, default // jobs), jobs
 
 
-def stage_threads() -> int:
+def stage_threads(torch_threads: bool = True) -> int:
     """Evaluate's and export's share, like train's with train.threads 0: 0 when the stage runs
     alone (torch's and onnxruntime's own defaults, untouched, so a lone run computes exactly
     what it always did); under a queue of N jobs, torch's default threads divided by N, set
-    for torch here and returned for onnxruntime's intra-op pool. (Before, only train took its
+    for torch here (unless torch_threads is False: train.threads fixes torch's count) and
+    returned for onnxruntime's intra-op pool. (Before, only train took its
     share: two queued experiments' evaluate and export each ran torch and onnxruntime's
     spinning pools on every core.)"""
     jobs = concurrent_jobs()
@@ -92,8 +93,9 @@ def stage_threads() -> int:
 
     import torch
 
-    threads = max(1, torch.get_num_threads() // jobs)
-    torch.set_num_threads(threads)
-    with contextlib.suppress(RuntimeError):  # once per process, before any parallel work
-        torch.set_num_interop_threads(threads)
+    threads = max(1, (os.cpu_count() if not torch_threads else torch.get_num_threads()) // jobs)
+    if torch_threads:  # not when torch runs a fixed count (train.threads, the kernel profile)
+        torch.set_num_threads(threads)
+        with contextlib.suppress(RuntimeError):  # once per process, before any parallel work
+            torch.set_num_interop_threads(threads)
     return threads

@@ -202,7 +202,12 @@ class Train:
     nproc: int = knob(1, at_least=1)  # processes per machine; > 1 runs under torchrun (DDP)
     nnodes: int = knob(1, at_least=1)  # machines; > 1 meets at train.rdzv_endpoint (c10d)
     rdzv_endpoint: str = ""  # host:port of the c10d rendezvous (on the first machine)
-    threads: int = knob(0, at_least=0)  # intra-op threads per process; 0 = its share of cores
+    # intra-op threads per process: they order float sums, so under kernels: portable a fixed
+    # count (part of dvc.lock); 0 = its share of the cores (native only)
+    threads: int = knob(2, at_least=0)
+    # portable: the same bytes on every x86-64 CPU with AVX2 | native: torch's fastest kernels
+    # for this CPU (stages/lib/kernels.py)
+    kernels: str = knob("portable", choices=("portable", "native"))
     # which weights become models/model.pt (and so evaluate, export, predict): the last
     # epoch's, or best.pt's (the epoch train.best_metric liked best)
     keep: str = knob("last", choices=("last", "best"))
@@ -227,6 +232,10 @@ class Train:
         if self.warmup_epochs >= self.epochs:
             out.append(f"train.warmup_epochs must be below train.epochs ({self.epochs}), "
                        f"got {self.warmup_epochs}")
+        if self.kernels == "portable" and not self.threads:
+            out.append("train.threads 0 (the machine's share of the cores) makes the weights "
+                       "depend on the core count; under train.kernels: portable set a fixed "
+                       "count (2 is the default), or choose train.kernels: native")
         if self.freeze_backbone and self.init_from in ("", NO_WEIGHTS):
             out.append("train.freeze_backbone needs train.init_from (the weights to keep)")
         return out
@@ -306,7 +315,7 @@ STAGE_PARAMS = {
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
     "prepare": ("data.source", "prepare"),
     "train": ("train",),
-    "evaluate": ("evaluate",),
+    "evaluate": ("evaluate", "train.kernels", "train.threads"),  # the kernel profile
     # hashed into the ONNX metadata; evaluate: each format's test metric with export.formats,
     # and detection's export.score_threshold when null (evaluate.score_threshold)
     "export": ("data", "split", "prepare", "train", "evaluate", "export"),

@@ -33,12 +33,15 @@ def main(params_path, with_experiments, out_path):
         raise StageError(f"--experiments cannot write {OUT}: it is a DVC out and must not change "
                          "when experiments or commits are added. Use --out "
                          f"{EXPERIMENTS_OUT} (the default).")
-    git = shown = None
+    git = shown = measured = None
     if with_experiments:
-        from stages.lib.provenance import git_state
+        from stages.lib.provenance import LOG_DIR, git_state
+        from stages.report.facts import read_json
 
         git, shown = git_state(), dvc_exp_show()
-    page = render(gather(params_path, out, git=git, experiments=shown))
+        record = LOG_DIR / "export.json"  # this machine's run record: untracked, like the page
+        measured = read_json(record).get("metrics") if record.is_file() else None
+    page = render(gather(params_path, out, git=git, experiments=shown, measured=measured))
     write_bytes(out, page.encode("utf-8"))
     click.echo(f"report: {out} ({len(page) / 1024:,.0f} KiB)")
 

@@ -64,10 +64,12 @@ class Facts:
     split_checks: dict | None = None  # metrics/split.json's balance and leakage findings
     git: dict | None = None  # only for the (untracked) experiments page
     experiments: list | None = None  # `dvc exp show --json`, likewise
+    # logs/export.json's parity figures (they differ per CPU in the last bits), likewise
+    measured: dict | None = None
 
 
 def gather(params_path, out: Path, git: dict | None = None,
-           experiments: list | None = None) -> Facts:
+           experiments: list | None = None, measured: dict | None = None) -> Facts:
     """Read every input of the page, each file once (a missing file is named in the order
     the page uses them: the model first)."""
     import platform
@@ -100,7 +102,7 @@ def gather(params_path, out: Path, git: dict | None = None,
         params_sha256=params_sha, code_sha256=code_total, code_files=code_files,
         lock_sha256=lock_sha, lock_versions=pins, installed=installed,
         python=platform.python_version(), checks=all_checks(task), git=git,
-        experiments=experiments)
+        experiments=experiments, measured=measured)
 
 
 # ---------------------------------------------------------------- readers

@@ -30,7 +30,9 @@ def render(facts: Facts) -> str:
     parts = all_sections(facts)
     images = sum(sum(v.values()) for v in facts.split.values())
     tops = [*task_headline(facts), ("test images", facts.eval.get("samples")),
-            ("images", images), ("ONNX max |diff|", facts.export.get("max_abs_diff"))]
+            ("images", images), ("ONNX parity", facts.export.get("parity")),
+            ("kernels", facts.onnx["metadata"].get("kernels")),
+            ("ONNX max |diff|", (facts.measured or {}).get("max_abs_diff"))]
     head = "".join(f"<div>{esc(label)}<b>{esc(fmt(v))}</b></div>" for label, v in tops
                    if v is not None)
     nav = "".join(f'<a href="#{key}">{esc(title)}</a>' for key, title, _ in parts)
