@@ -8,7 +8,7 @@ of the project run with DVC:
 2. LoRA against full fine-tuning: a torchvision resnet18 trained on the 5 classes
    (--resnet-start-epochs) is the starting point of all (same file); each trains on all 10
    classes (--resnet-epochs): full fine-tuning, LoRA with the defaults (rank 8, alpha 16) and
-   LoRA with the README's recipe (--lora-rank 16 --lora-alpha 32); test accuracy and the
+   LoRA with docs/fine-tuning.md's recipe (--lora-rank 16 --lora-alpha 32); test accuracy and the
    trainable share of the parameters.
 
     python bench/finetune.py [--epochs 15] [--resnet-epochs 15] [--only warm|lora]

@@ -3,7 +3,7 @@ fit(), without DVC around each run, so the four trainings fit in minutes):
 
 a resnet18 trained on digits 0-4 (--start-epochs) is saved as a model.pt; from it, on all 10
 digits for --epochs each: full fine-tuning, LoRA with the defaults (rank 8, alpha 16), LoRA with
-the README's recipe (rank 16, alpha 32) and LoRA with a 5x rate for the adapters only
+the recipe of docs/fine-tuning.md (rank 16, alpha 32) and LoRA with a 5x rate for the adapters only
 (train.lr_backbone). Prints the test accuracy of each, its gap to full fine-tuning in points,
 the trainable share and the validation curve.
 

@@ -7,7 +7,7 @@ console message, every uncaught exception, every browser log entry (a failed res
 one), every URL the page requested and the natural width of every <img> (0 = not decoded).
 
 Also a tool: `python -m tests.chromium reports/run.html docs/report.png --height 2200` writes the
-screenshot the README shows.
+screenshot docs/report.md shows.
 """
 import base64
 import json

@@ -1,5 +1,6 @@
-"""Issue 17, item 4: an experiment travels to another clone, with its model, by the README's
-flow: one bare git remote, one DVC directory remote, an experiment made before the remote."""
+"""Issue 17, item 4: an experiment travels to another clone, with its model, by the flow of
+docs/machines.md: one bare git remote, one DVC directory remote, an experiment made before the
+remote."""
 import hashlib
 import json
 import subprocess
@@ -18,7 +19,7 @@ def test_an_experiment_made_before_the_remote_reaches_a_second_clone(own_data_pr
     bare, store = tmp_path / "team.git", tmp_path / "dvc-store"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
 
-    # machine A: an experiment, then (only then) the remotes, as in the README
+    # machine A: an experiment, then (only then) the remotes, as in docs/machines.md
     dvc(a, "exp", "run", "-n", "short", "-S", "train.epochs=2")
     exp_model = json.loads((a / "metrics/train.json").read_text())
     exp_weights = hashlib.sha256((a / "models/model.pt").read_bytes()).hexdigest()

@@ -20,7 +20,7 @@ def test_verify_an_old_commit_with_credentials_in_config_local(tmp_path):
     with open(project / ".dvc/config", "a") as f:
         f.write("['remote \"s3\"']\n    url = s3://bucket/store\n")
     git(project, "commit", "-qam", "S3 remote")
-    (project / ".dvc/config.local").write_text(LOCAL)  # as the README recommends
+    (project / ".dvc/config.local").write_text(LOCAL)  # as docs/machines.md recommends
     before = (project / ".dvc/config.local").read_bytes()
     proc = run_tool("verify", "--rev", old, "--stages", "sample", cwd=project)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -19,7 +19,8 @@ class Detection(Task):
     output_names = ("detections",)
     agreement_name = "detection_agreement"
     headline_metric = "map50"
-    # what the built-in sample needs besides `task: detection` (README, tests, acceptance run)
+    # what the built-in sample needs besides `task: detection` (docs/detection.md, tests,
+    # acceptance run)
     sample_params = {
         "data.source": "data/sample", "prepare.image_size": 160, "prepare.channels": 3,
         "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],

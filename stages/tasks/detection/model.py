@@ -31,7 +31,7 @@ class CenterNet(nn.Module):
     one strided conv in the backbone, the FPN's 1x1 lateral (no smoothing conv) and the head's
     one 3x3 conv. Those stride-4 layers cost about half the train step in the first version
     (two convs in stage 2, a smoothing conv, a 64-channel head); this one is about 1.3x faster
-    (bench/detect.py, README)."""
+    (docs/benchmarks.md)."""
 
     def __init__(self, num_classes: int, channels: int = 3, widths=(16, 32, 64, 96, 128),
                  neck: int = 32, head: int = 48, top_k: int = TOP_K):
