@@ -1,0 +1,168 @@
+"""Issue 30, items 3-7: what the data gate must name instead of crashing or mislabelling.
+
+COCO numbers that are NaN, Infinity or strings; duplicate COCO image ids and file names, and a
+declared size that differs from the file; annotation files that are symlinks out of
+data.source; YAML alias bombs; malformed classes.yaml. Real files, real stage runs.
+"""
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT, run_stage, write_image
+
+
+def params(tmp, source, task="detection", **validate):
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["task"] = task
+    raw["data"]["source"] = str(source)
+    raw["validate"].update(near_dup_distance=-1, **validate)
+    (tmp / "params.yaml").write_text(yaml.safe_dump(raw))
+
+
+def manifest(tmp) -> dict:
+    with open(tmp / "data/manifest.csv", newline="") as f:
+        return {r["path"]: r for r in csv.DictReader(f)}
+
+
+def snapshot(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def one_line_error(proc) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: "), \
+        proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def coco(source: Path, images: list, annotations: list, categories=None, text=None):
+    """annotations/instances_train.json under source (text: the raw JSON, for NaN/Infinity)."""
+    (source / "annotations").mkdir(parents=True, exist_ok=True)
+    (source / "annotations/instances_train.json").write_text(text or json.dumps({
+        "images": images, "annotations": annotations,
+        "categories": categories or [{"id": 1, "name": "ring"}, {"id": 2, "name": "block"}]}))
+
+
+def box(ann_id, image_id, bbox, category=1):
+    return {"id": ann_id, "image_id": image_id, "category_id": category, "bbox": bbox,
+            "iscrowd": 0}
+
+
+# --- 3. NaN, Infinity and strings in COCO numbers -----------------------------------------
+
+def test_coco_nan_infinity_and_strings_are_named_gate_errors(in_tmp):
+    source = in_tmp / "coco"
+    names = ["good", "nan", "inf", "text", "short", "cat_nan", "cat_text", "w_text", "w_nan",
+             "h_inf", "id_nan", "w_zero"]
+    for k, name in enumerate(names):
+        write_image(source / f"images/train/{name}.png", (80, 40), "RGB", seed=k)
+    images = {name: {"id": k, "file_name": f"{name}.png", "width": 80, "height": 40}
+              for k, name in enumerate(names)}
+    images["w_text"]["width"] = "80"
+    images["w_nan"]["width"] = "@NaN@"
+    images["h_inf"]["height"] = "@Infinity@"
+    images["id_nan"]["id"] = "@NaN@"
+    images["w_zero"]["width"] = 0
+    anns = [box(1, 0, [10, 10, 20, 10]), box(2, 1, ["@NaN@", 10, 5, 10]),
+            box(3, 2, [10, 10, "@Infinity@", 10]), box(4, 3, [10, "10", 20, 10]),
+            box(5, 4, [10, 10, 20]), box(6, 5, [10, 10, 20, 10], "@NaN@"),
+            box(7, 6, [10, 10, 20, 10], "1"), *[box(8 + k, k, [10, 10, 20, 10])
+                                                for k in (7, 8, 9, 11)]]
+    text = json.dumps({"images": list(images.values()), "annotations": anns,
+                       "categories": [{"id": 1, "name": "ring"}]})
+    text = text.replace('"@NaN@"', "NaN").replace('"@Infinity@"', "Infinity")
+    coco(source, [], [], text=text)
+    params(in_tmp, source)
+    assert run_stage("ingest", cwd=in_tmp).returncode == 0
+    proc = run_stage("validate", cwd=in_tmp)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    err = proc.stderr
+    assert "[malformed_box] images/train/nan.png: annotation 2: malformed row: bbox[0] is " \
+           "NaN, not a finite number" in err
+    assert "[malformed_box] images/train/inf.png: annotation 3: malformed row: bbox[2] is " \
+           "Infinity, not a finite number" in err
+    assert "[malformed_box] images/train/text.png: annotation 4: malformed row: bbox[1] is " \
+           "'10' (a string), not a number" in err
+    assert "[malformed_box] images/train/short.png: annotation 5: malformed row: bbox is " \
+           "[10, 10, 20], not [x, y, width, height]" in err
+    assert "[malformed_box] images/train/cat_nan.png: annotation 6: malformed row: " \
+           "category_id is NaN, not an integer" in err
+    assert "[malformed_box] images/train/cat_text.png: annotation 7: malformed row: " \
+           "category_id is '1' (a string), not an integer" in err
+    assert "[coco_bad_value] images/train/w_text.png: annotations/instances_train.json, " \
+           "image id 7: width is '80' (a string), not a number" in err
+    assert "[coco_bad_value] images/train/w_nan.png: annotations/instances_train.json, " \
+           "image id 8: width is NaN, not a finite number" in err
+    assert "[coco_bad_value] images/train/h_inf.png: annotations/instances_train.json, " \
+           "image id 9: height is Infinity, not a finite number" in err
+    assert "[coco_bad_value] images/train/id_nan.png: annotations/instances_train.json, " \
+           "images[10]: id is NaN, not an integer" in err
+    assert "[coco_bad_value] images/train/w_zero.png: annotations/instances_train.json, " \
+           "image id 11: width is 0, not above 0" in err
+    assert "good.png" not in err
+
+    # quarantined, every usable box is finite: train never sees a NaN
+    params(in_tmp, source, on_error="quarantine")
+    assert run_stage("validate", cwd=in_tmp).returncode == 0
+    with open(in_tmp / "data/quarantine.csv", newline="") as f:
+        quarantined = {r["path"] for r in csv.DictReader(f)}
+    assert quarantined == {f"images/train/{n}.png" for n in names[1:]}
+
+
+def test_a_bad_category_id_is_one_line_naming_the_file(in_tmp):
+    source = in_tmp / "coco"
+    write_image(source / "images/train/a.png", (80, 40), "RGB")
+    text = json.dumps({"images": [{"id": 0, "file_name": "a.png", "width": 80, "height": 40}],
+                       "annotations": [box(1, 0, [1, 1, 9, 9])],
+                       "categories": [{"id": 1, "name": "ring"}, {"id": "@NaN@", "name": "x"}]})
+    coco(source, [], [], text=text.replace('"@NaN@"', "NaN"))
+    params(in_tmp, source)
+    error = one_line_error(run_stage("ingest", cwd=in_tmp))
+    assert "annotations/instances_train.json" in error and "categories[1]" in error
+    assert "id is NaN, not an integer" in error
+    (source / "annotations/instances_train.json").write_text(json.dumps(
+        {"images": [{"id": 0, "file_name": "a.png"}], "annotations": ["not an object"]}))
+    error = one_line_error(run_stage("ingest", cwd=in_tmp))
+    assert "annotations/instances_train.json" in error and "annotations[0]" in error
+
+
+# --- 4. duplicate image ids and file names, a declared size that is not the file's --------
+
+def test_coco_duplicate_ids_files_and_sizes_have_their_own_checks(in_tmp):
+    source = in_tmp / "coco"
+    for name in ("a", "b", "c", "d", "good"):
+        write_image(source / f"images/train/{name}.png", (80, 40), "RGB",
+                    seed=ord(name[0]))
+    images = [{"id": 1, "file_name": "a.png", "width": 80, "height": 40},
+              {"id": 1, "file_name": "b.png", "width": 80, "height": 40},  # a's id again
+              {"id": 2, "file_name": "c.png", "width": 80, "height": 40},
+              {"id": 3, "file_name": "c.png", "width": 80, "height": 40},  # c listed twice
+              {"id": 4, "file_name": "d.png", "width": 800, "height": 400},  # not 80x40
+              {"id": 5, "file_name": "good.png", "width": 80, "height": 40}]
+    anns = [box(1, 1, [10, 10, 20, 10]), box(2, 2, [10, 10, 20, 10]),
+            box(3, 3, [30, 10, 20, 10]), box(4, 4, [100, 100, 20, 10]),
+            box(5, 5, [10, 10, 20, 10])]
+    coco(source, images, anns)
+    params(in_tmp, source)
+    assert run_stage("ingest", cwd=in_tmp).returncode == 0
+    rows = manifest(in_tmp)
+    # the first image does not silently keep (or give away) boxes of an ambiguous id
+    assert rows["images/train/a.png"]["error_kind"] == "coco_duplicate_id"
+    assert rows["images/train/b.png"]["error_kind"] == "coco_duplicate_id"
+    proc = run_stage("validate", cwd=in_tmp)
+    err = proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "[coco_duplicate_id] images/train/a.png: image id 1 is listed 2 times in " \
+           "annotations/instances_train.json (a.png, b.png)" in err
+    assert "[coco_duplicate_id] images/train/b.png: image id 1" in err
+    assert "[coco_duplicate_file] images/train/c.png: listed 2 times in " \
+           "annotations/instances_train.json (image ids 2, 3)" in err
+    assert "[coco_size_mismatch] images/train/d.png: annotations/instances_train.json " \
+           "declares 800x400 but the file is 80x40" in err
+    assert "box_too_small" not in err and "box_outside" not in err
+    assert "good.png" not in err
