@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import yaml
+from PIL import Image
 
 from tests.conftest import ROOT, run_stage, write_image
 
@@ -166,3 +167,106 @@ def test_coco_duplicate_ids_files_and_sizes_have_their_own_checks(in_tmp):
            "declares 800x400 but the file is 80x40" in err
     assert "box_too_small" not in err and "box_outside" not in err
     assert "good.png" not in err
+
+
+# --- 5. annotation files that are symlinks out of data.source ------------------------------
+
+def read_notes(task: str, source: Path):
+    """The task's read_annotations over ingest's own listing of source."""
+    from stages.ingest import walk
+    from stages.tasks import get
+
+    return get(task).read_annotations(source, walk(source))
+
+
+def refused(task: str, source: Path, name: str) -> str:
+    """The one-line StageError read_annotations raises, which must name the file."""
+    import pytest
+
+    from stages.lib.io import StageError
+
+    with pytest.raises(StageError) as info:
+        read_notes(task, source)
+    message = info.value.format_message()
+    assert "\n" not in message and name in message and "outside data.source" in message, message
+    return message
+
+
+def test_annotation_symlinks_out_of_the_source_are_never_read(in_tmp):
+    outside = in_tmp / "outside"
+    outside.mkdir()
+    (outside / "data.yaml").write_text("names: [stolen, names]\n")
+    (outside / "passwd").write_text("0 0.5 0.5 0.2 0.2\n")
+    yolo = in_tmp / "yolo"
+    for name in ("a", "b", "c"):
+        write_image(yolo / f"images/train/{name}.png", (64, 64), "RGB", seed=ord(name))
+    (yolo / "labels/train").mkdir(parents=True)
+    (yolo / "labels/train/a.txt").write_text("0 0.5 0.5 0.25 0.25\n")
+    (yolo / "labels/train/b.txt").symlink_to(outside / "passwd")  # out: never read
+    (yolo / "labels/train/c.txt").symlink_to("a.txt")  # a link inside the source is fine
+    (yolo / "data.yaml").symlink_to(outside / "data.yaml")
+    refused("detection", yolo, "data.yaml")
+    params(in_tmp, yolo)
+    error = one_line_error(run_stage("ingest", cwd=in_tmp))
+    assert "data.yaml" in error and "stolen" not in error
+    (yolo / "data.yaml").unlink()
+    (yolo / "data.yaml").write_text("names: [ring, block]\n")
+    assert run_stage("ingest", cwd=in_tmp).returncode == 0
+    rows = manifest(in_tmp)
+    b = rows["images/train/b.png"]
+    assert b["error_kind"] == "symlink" and "labels/train/b.txt" in b["error"], b
+    assert b["boxes"] in ("", "[]") and b["annotation_sha256"] == ""
+    assert json.loads(rows["images/train/c.png"]["boxes"])[0][1] == "ring"
+    assert rows["images/train/a.png"]["error"] == ""
+
+    cocos = in_tmp / "coco"
+    write_image(cocos / "images/train/a.png", (80, 40), "RGB")
+    (outside / "instances_train.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "a.png", "width": 80, "height": 40}],
+        "annotations": [], "categories": []}))
+    (cocos / "annotations").mkdir()
+    (cocos / "annotations/instances_train.json").symlink_to(outside / "instances_train.json")
+    refused("detection", cocos, "annotations/instances_train.json")
+
+    seg = in_tmp / "seg"
+    for name in ("a", "b"):
+        write_image(seg / f"images/{name}.png", (16, 16), "RGB", seed=ord(name))
+    (seg / "masks").mkdir()
+    Image.new("L", (16, 16)).save(seg / "masks/a.png")
+    Image.new("L", (16, 16), 1).save(outside / "mask.png")
+    (seg / "masks/b.png").symlink_to(outside / "mask.png")
+    notes = read_notes("segmentation", seg)
+    assert notes.errors["images/b.png"][0] == "symlink"
+    assert "masks/b.png" in notes.errors["images/b.png"][1]
+    assert notes.values["images/b.png"]["mask_sha256"] == ""
+    assert "images/a.png" not in notes.errors
+    (outside / "classes.yaml").write_text("0: bg\n1: thing\n")
+    (seg / "classes.yaml").symlink_to(outside / "classes.yaml")
+    refused("segmentation", seg, "classes.yaml")
+    nnunet = in_tmp / "nnunet"
+    write_image(nnunet / "imagesTr/c_0000.png", (16, 16), "L")
+    (outside / "dataset.json").write_text(json.dumps({"labels": {"background": 0, "x": 1}}))
+    (nnunet / "dataset.json").symlink_to(outside / "dataset.json")
+    refused("segmentation", nnunet, "dataset.json")
+
+    ocr = in_tmp / "ocr"
+    write_image(ocr / "a.png", (40, 32))
+    (outside / "rec_gt.txt").write_text("a.png\thello\n")
+    (ocr / "rec_gt.txt").symlink_to(outside / "rec_gt.txt")
+    refused("ocr", ocr, "rec_gt.txt")
+    (ocr / "rec_gt.txt").unlink()
+    (outside / "lines.jsonl").write_text('{"path": "a.png", "text": "hi"}\n')
+    (ocr / "lines.jsonl").symlink_to(outside / "lines.jsonl")
+    refused("ocr", ocr, "lines.jsonl")
+    (ocr / "lines.jsonl").unlink()
+    (outside / "a.txt").write_text("secret")
+    (ocr / "a.txt").symlink_to(outside / "a.txt")
+    notes = read_notes("ocr", ocr)
+    assert notes.errors["a.png"][0] == "symlink" and "a.txt" in notes.errors["a.png"][1]
+    assert notes.values["a.png"]["text"] == ""
+
+    folder = in_tmp / "classes"
+    write_image(folder / "a.png")
+    (outside / "labels.csv").write_text("path,label\na.png,cat\n")
+    (folder / "labels.csv").symlink_to(outside / "labels.csv")
+    refused("classification", folder, "labels.csv")

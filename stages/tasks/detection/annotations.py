@@ -27,6 +27,7 @@ from pathlib import PurePosixPath
 import yaml
 
 from stages.lib.io import StageError
+from stages.lib.userfiles import NOT_READ, check_inside, outside
 from stages.tasks.base import Annotations
 
 SPLITS = ("train", "val", "test")
@@ -88,7 +89,7 @@ def split_of(rel: str) -> str:
 
 def read_yolo(source, listing) -> Annotations:
     out = Annotations(skip={"data.yaml"})
-    names = read_names(source / "data.yaml")
+    names = read_names(check_inside(source, source / "data.yaml"))
     files = {rel for rel, kind, _ in listing if kind == "file"}
     labels = {rel for rel in files if rel.startswith("labels/") and rel.endswith(".txt")}
     out.skip |= labels
@@ -100,9 +101,16 @@ def read_yolo(source, listing) -> Annotations:
         if rel.startswith("images/"):
             label = "labels/" + str(PurePosixPath(rel[len("images/"):]).with_suffix(".txt"))
             label_of[label] = rel
-            if label in labels:
-                data = (source / label).read_bytes()
-                values["annotation_sha256"] = hashlib.sha256(data).hexdigest()
+            if label in labels and outside(source, source / label):
+                out.errors[rel] = ("symlink", f"its label file {label} is {NOT_READ}")
+            elif label in labels:
+                try:
+                    data = (source / label).read_bytes()
+                except OSError as exc:  # a broken link, no permission
+                    out.errors[rel] = ("unreadable", f"its label file {label} cannot be read "
+                                                     f"({exc.strerror})")
+                    data = b""
+                values["annotation_sha256"] = hashlib.sha256(data).hexdigest() if data else ""
                 values["boxes"] = dumps(parse_yolo(data.decode("utf-8", "replace"), names))
             else:
                 values["boxes"] = ""  # no label file: background (validate: no_labels)
@@ -254,7 +262,7 @@ def read_coco(source, listing, jsons) -> Annotations:
     parsed, listed = [], {}  # listed: {file: [(json, image id or entry)]}
     for js in sorted(jsons):
         split = PurePosixPath(js).stem.removeprefix("instances_")
-        images, annotations, categories = load_coco(source / js, js)
+        images, annotations, categories = load_coco(check_inside(source, source / js), js)
         entries = []  # (k, entry, file or None, id or ValueError)
         for k, im in enumerate(images):
             name = im.get("file_name")

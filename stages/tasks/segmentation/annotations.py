@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError
+from stages.lib.userfiles import NOT_READ, check_inside, outside
 from stages.tasks.base import Annotations
 
 FIELDS = ("mask", "mask_sha256", "mask_size", "mask_values", "label_set")
@@ -33,7 +34,7 @@ def read_label_set(source: Path) -> tuple[dict, int, str]:
     dataset_json = source / "dataset.json"
     if dataset_json.is_file():
         try:
-            spec = json.loads(dataset_json.read_text())
+            spec = json.loads(check_inside(source, dataset_json).read_text())
             labels = spec["labels"]
             ending = spec.get("file_ending", ".png")
         except (ValueError, KeyError, TypeError) as exc:
@@ -56,7 +57,7 @@ def read_label_set(source: Path) -> tuple[dict, int, str]:
         return {}, DEFAULT_IGNORE, "masks"
     import yaml
 
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = yaml.safe_load(check_inside(source, path).read_text()) or {}
     if not isinstance(raw, dict):
         raise StageError(f"{path}: expected a mapping of class index to name "
                          f"(and optionally `ignore: 255`).")
@@ -167,6 +168,9 @@ def read_annotations(source: Path, listing: list) -> Annotations:
             out.errors[rel] = ("no_mask", f"no mask: {mask} not found")
             continue
         used.add(mask)
+        if outside(source, source / mask):
+            out.errors[rel] = ("symlink", f"its mask {mask} is {NOT_READ}")
+            continue
         facts = read_mask(source / mask)
         values["mask_sha256"] = facts.get("sha256", "")
         if "error" in facts:
