@@ -270,3 +270,53 @@ def test_annotation_symlinks_out_of_the_source_are_never_read(in_tmp):
     (outside / "labels.csv").write_text("path,label\na.png,cat\n")
     (folder / "labels.csv").symlink_to(outside / "labels.csv")
     refused("classification", folder, "labels.csv")
+
+
+# --- 6. YAML alias bombs, huge and broken YAML ----------------------------------------------
+
+def bomb(key: str, levels: int = 7) -> str:
+    """A short YAML whose aliases expand to 9**levels values under key."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for k in range(1, levels):
+        lines.append(f"l{k}: &l{k} [" + ", ".join([f"*l{k - 1}"] * 9) + "]")
+    return "\n".join(lines) + f"\n{key}: *l{levels - 1}\n"
+
+
+def test_yaml_alias_bombs_huge_and_broken_yaml_are_one_line_naming_the_file(in_tmp):
+    import time
+
+    from stages.lib.io import StageError
+
+    yolo = in_tmp / "yolo"
+    write_image(yolo / "images/train/a.png", (32, 32), "RGB")
+    params(in_tmp, yolo)
+    data = yolo / "data.yaml"
+    cases = {  # data.yaml text -> what the one line must say
+        bomb("names"): "aliases",
+        "names: &a [x, *a]\n": "alias",
+        "names: [ring, block\n": "line 2",
+        "names: [a]\n---\nnames: [b]\n": "single document",
+        "names: !!python/object/apply:os.system [echo]\n": "tag",
+        "# padding\n" * (1 << 19): "MiB",  # 5 MiB
+    }
+    for text, says in cases.items():
+        data.write_text(text)
+        start = time.monotonic()
+        error = one_line_error(run_stage("ingest", cwd=in_tmp))
+        assert time.monotonic() - start < 60
+        assert f"{data}:" in error and says in error, (says, error)
+
+    seg = in_tmp / "seg"
+    write_image(seg / "images/a.png", (16, 16), "RGB")
+    Image.new("L", (16, 16)).save((seg / "masks").mkdir() or seg / "masks/a.png")
+    (seg / "classes.yaml").write_text(bomb("0"))
+    try:
+        read_notes("segmentation", seg)
+        raise AssertionError("classes.yaml's alias bomb was read")
+    except StageError as exc:
+        assert "classes.yaml" in exc.format_message() and "aliases" in exc.format_message()
+
+    # params.yaml too: every stage reads it first
+    (in_tmp / "params.yaml").write_text((in_tmp / "params.yaml").read_text() + bomb("more", 8))
+    error = one_line_error(run_stage("ingest", cwd=in_tmp))
+    assert error.startswith("Error: params.yaml:") and "aliases" in error

@@ -24,10 +24,8 @@ import json
 import math
 from pathlib import PurePosixPath
 
-import yaml
-
 from stages.lib.io import StageError
-from stages.lib.userfiles import NOT_READ, check_inside, outside
+from stages.lib.userfiles import NOT_READ, check_inside, outside, read_yaml
 from stages.tasks.base import Annotations
 
 SPLITS = ("train", "val", "test")
@@ -43,10 +41,7 @@ def dumps(value) -> str:
 
 def read_names(path) -> dict:
     """{class id: name} from data.yaml's `names` (a list or a mapping)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise StageError(f"{path}: cannot read it ({exc}); it needs `names: [...]`.") from None
+    data = read_yaml(path)
     names = (data or {}).get("names") if isinstance(data, dict) else None
     if isinstance(names, list):
         return {i: str(n) for i, n in enumerate(names)}

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError
-from stages.lib.userfiles import NOT_READ, check_inside, outside
+from stages.lib.userfiles import NOT_READ, check_inside, outside, read_yaml
 from stages.tasks.base import Annotations
 
 FIELDS = ("mask", "mask_sha256", "mask_size", "mask_values", "label_set")
@@ -55,9 +55,7 @@ def read_label_set(source: Path) -> tuple[dict, int, str]:
     path = source / "classes.yaml"
     if not path.is_file():
         return {}, DEFAULT_IGNORE, "masks"
-    import yaml
-
-    raw = yaml.safe_load(check_inside(source, path).read_text()) or {}
+    raw = read_yaml(path, source) or {}
     if not isinstance(raw, dict):
         raise StageError(f"{path}: expected a mapping of class index to name "
                          f"(and optionally `ignore: 255`).")
