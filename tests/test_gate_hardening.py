@@ -320,3 +320,58 @@ def test_yaml_alias_bombs_huge_and_broken_yaml_are_one_line_naming_the_file(in_t
     (in_tmp / "params.yaml").write_text((in_tmp / "params.yaml").read_text() + bomb("more", 8))
     error = one_line_error(run_stage("ingest", cwd=in_tmp))
     assert error.startswith("Error: params.yaml:") and "aliases" in error
+
+
+# --- 7. malformed classes.yaml ----------------------------------------------------------------
+
+def test_malformed_classes_yaml_is_one_line_naming_it(in_tmp):
+    from stages.lib.io import StageError
+
+    seg = in_tmp / "seg"
+    write_image(seg / "images/a.png", (16, 16), "RGB")
+    (seg / "masks").mkdir()
+    Image.new("L", (16, 16), 1).save(seg / "masks/a.png")
+    classes = seg / "classes.yaml"
+    cases = {  # classes.yaml text -> what the one line must say besides naming the file
+        "0: background\n1: disc\nignore: 1\n": "`ignore: 1` is also class 1 (disc)",
+        "0: background\n1: disc\nignore: 300\n": "`ignore: 300` is not a mask value (0-255)",
+        "0: background\n1: disc\nignore: none\n": "`ignore: 'none'` is not a mask value",
+        "0: background\n1: [disc, ring]\n": "class 1's name is ['disc', 'ring'], not a name",
+        "0: background\n1: {a: b}\n": "class 1's name is {'a': 'b'}, not a name",
+        "0: background\n256: disc\n": "class 256 is not a mask value (0-255)",
+        "0: background\n1: disc\n2: disc\n": "classes 1 and 2 are both named 'disc'",
+        "0: background\n1: disc\n  2: box\n": "not valid YAML",
+        "[background, disc]\n": "a mapping of class index to name",
+    }
+    for text, says in cases.items():
+        classes.write_text(text)
+        try:
+            read_notes("segmentation", seg)
+            raise AssertionError(f"accepted: {text!r}")
+        except StageError as exc:
+            message = exc.format_message()
+            assert "\n" not in message and f"{classes}:" in message and says in message, \
+                (says, message)
+    # through the stage: one line, no traceback, no file quarantined for it
+    params(in_tmp, seg, task="segmentation")
+    classes.write_text("0: background\n1: [disc, ring]\n")
+    assert "classes.yaml" in one_line_error(run_stage("ingest", cwd=in_tmp))
+    classes.write_text("0: background\n1: disc\n: :\n  - [\n")
+    assert "classes.yaml" in one_line_error(run_stage("ingest", cwd=in_tmp))
+    classes.write_text("0: background\n1: disc\nignore: 255\n")
+    assert run_stage("ingest", cwd=in_tmp).returncode == 0
+    assert manifest(in_tmp)["images/a.png"]["error"] == ""
+
+    # nnU-Net's dataset.json is held to the same rules
+    nnunet = in_tmp / "nnunet"
+    write_image(nnunet / "imagesTr/c_0000.png", (16, 16), "L")
+    for labels, says in (({"background": 0, "x": 1, "ignore": 1}, "is also class 1 (x)"),
+                         ({"background": 0, "x": "one"}, "not a mask value"),
+                         ({"background": 0, "x": 1, "ignore": 999}, "not a mask value")):
+        (nnunet / "dataset.json").write_text(json.dumps({"labels": labels}))
+        try:
+            read_notes("segmentation", nnunet)
+            raise AssertionError(f"accepted: {labels}")
+        except StageError as exc:
+            assert "dataset.json" in exc.format_message() and says in exc.format_message(), \
+                exc.format_message()
