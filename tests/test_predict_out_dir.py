@@ -73,30 +73,35 @@ def one_line_error(proc) -> str:
 def test_out_dir_dot_or_the_input_folder_itself_is_refused_and_inputs_stay(seg_model,
                                                                            tmp_path):
     src = inputs(tmp_path / "tmpin")
+    (tmp_path / "alias").symlink_to(src)
+    (tmp_path / "list.txt").write_text("tmpin\n")
+    write_image(tmp_path / "ext/e.png", size=(20, 20), mode="RGB", seed=9)
+    (src / "sub").symlink_to(tmp_path / "ext")  # its files are inputs of `predict tmpin`
     before = snapshot(tmp_path)
     # the reproduction: masks of tmpin/*.png would land on tmpin/*.png
     error = one_line_error(predict(tmp_path, seg_model, "tmpin", "--out", "p.jsonl",
                                    "--out-dir", "."))
-    assert "tmpin" in error and "--out-dir" in error
+    assert "--out-dir . would put the predictions of tmpin/ in tmpin, inside the input " \
+           "folder tmpin/" in error
     # an absolute --out-dir equal to the input folder, the input given absolute too
-    one_line_error(predict(tmp_path, seg_model, str(src), "--out", "q.jsonl",
-                           "--out-dir", str(src)))
+    error = one_line_error(predict(tmp_path, seg_model, str(src), "--out", "q.jsonl",
+                                   "--out-dir", str(src)))
+    assert f"--out-dir {src} is the input folder {src}/ or inside it" in error
     # run from inside the input folder
     one_line_error(predict(src, seg_model, ".", "--out", "../r.jsonl", "--out-dir", "."))
     # an --out-dir inside the input folder, not there yet
     one_line_error(predict(tmp_path, seg_model, "tmpin", "--out", "s.jsonl",
                            "--out-dir", "tmpin/masks"))
-    # through a symlink to the input folder, and through a glob whose match is the folder
-    (tmp_path / "alias").symlink_to(src)
+    # through a symlink to the input folder, a glob whose match is the folder, an @list
     one_line_error(predict(tmp_path, seg_model, "tmpin", "--out", "t.jsonl",
                            "--out-dir", "alias"))
     one_line_error(predict(tmp_path, seg_model, "tmp*", "--out", "u.jsonl", "--out-dir", "."))
-    (tmp_path / "list.txt").write_text("tmpin\n")
     one_line_error(predict(tmp_path, seg_model, "@list.txt", "--out", "v.jsonl",
                            "--out-dir", "alias/.."))
-    after = snapshot(tmp_path)
-    assert after == {**before, "alias": f"-> {src}",
-                     "list.txt": hashlib.sha256(b"tmpin\n").hexdigest()}
+    # a folder reached through a symlink inside the input folder
+    one_line_error(predict(tmp_path, seg_model, "tmpin", "--out", "w.jsonl",
+                           "--out-dir", "ext"))
+    assert snapshot(tmp_path) == before  # no input changed, no file added, no --out made
 
 
 def test_a_mask_path_on_a_file_predict_did_not_write_is_an_error_row(seg_model, tmp_path):

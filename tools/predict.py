@@ -213,16 +213,43 @@ def read_list(list_file: str):
         yield from expand(entry, allow_glob=False)
 
 
+def linked_folders(top: str) -> list[str]:
+    """The folders under top that walk() reaches through a symlink (each real folder once):
+    their files are inputs too, though they lie elsewhere. Folders are listed, files never
+    stat'ed."""
+    seen, stack, out = {_dir_id(top)}, [os.path.normpath(top)], []
+    while stack:
+        folder = stack.pop()
+        for e in _scan(folder)[0] or []:
+            path = os.path.join(folder, e.name)
+            try:
+                if not e.is_dir() or _dir_id(path) in seen:
+                    continue
+                seen.add(_dir_id(path))
+                if e.is_symlink():
+                    out.append(path)
+            except OSError:
+                continue
+            stack.append(path)
+    return sorted(out)
+
+
 def input_folders(sources):
-    """The folders whose files are inputs: folder SOURCEs, folders in @lists and folders a
-    glob matches (--out-dir writes nothing inside them)."""
+    """The folders whose files are inputs (--out-dir writes nothing inside them): folder
+    SOURCEs, folders in @lists and folders a glob matches, and the folders each reaches
+    through symlinks."""
     for source in sources:
         if source.startswith("@"):
-            yield from (e for e in list_entries(source[1:]) if os.path.isdir(e))
+            tops = [e for e in list_entries(source[1:]) if os.path.isdir(e)]
         elif os.path.isdir(source):
-            yield source
+            tops = [source]
         elif glob.has_magic(source) and not os.path.exists(source):
-            yield from (m for m in _glob(source) if os.path.isdir(m))
+            tops = [m for m in _glob(source) if os.path.isdir(m)]
+        else:
+            tops = []
+        for top in tops:
+            yield top
+            yield from linked_folders(top)
 
 
 def iter_inputs(sources):
