@@ -197,14 +197,59 @@ def expand(source: str, allow_glob: bool = True):
         yield os.path.normpath(source)
 
 
-def read_list(list_file: str):
-    """Paths from a @list file: one per line (files or folders, no globs); blank lines and
+def list_entries(list_file: str):
+    """The entries of a @list file: one per line (files or folders, no globs); blank lines and
     lines starting with # are skipped; relative paths are relative to the working directory."""
     with open(list_file, encoding="utf-8") as f:
         for line in f:
             entry = line.rstrip("\r\n").strip()
             if entry and not entry.startswith("#"):
-                yield from expand(entry, allow_glob=False)
+                yield entry
+
+
+def read_list(list_file: str):
+    """Paths from a @list file (list_entries, each expanded)."""
+    for entry in list_entries(list_file):
+        yield from expand(entry, allow_glob=False)
+
+
+def linked_folders(top: str) -> list[str]:
+    """The folders under top that walk() reaches through a symlink (each real folder once):
+    their files are inputs too, though they lie elsewhere. Folders are listed, files never
+    stat'ed."""
+    seen, stack, out = {_dir_id(top)}, [os.path.normpath(top)], []
+    while stack:
+        folder = stack.pop()
+        for e in _scan(folder)[0] or []:
+            path = os.path.join(folder, e.name)
+            try:
+                if not e.is_dir() or _dir_id(path) in seen:
+                    continue
+                seen.add(_dir_id(path))
+                if e.is_symlink():
+                    out.append(path)
+            except OSError:
+                continue
+            stack.append(path)
+    return sorted(out)
+
+
+def input_folders(sources):
+    """The folders whose files are inputs (--out-dir writes nothing inside them): folder
+    SOURCEs, folders in @lists and folders a glob matches, and the folders each reaches
+    through symlinks."""
+    for source in sources:
+        if source.startswith("@"):
+            tops = [e for e in list_entries(source[1:]) if os.path.isdir(e)]
+        elif os.path.isdir(source):
+            tops = [source]
+        elif glob.has_magic(source) and not os.path.exists(source):
+            tops = [m for m in _glob(source) if os.path.isdir(m)]
+        else:
+            tops = []
+        for top in tops:
+            yield top
+            yield from linked_folders(top)
 
 
 def iter_inputs(sources):
@@ -479,7 +524,9 @@ def write_failed(out: Path, exc: OSError) -> StageError:
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write each input's prediction file here where the task has one "
                    "(segmentation: a PNG mask of class indices at the input's own size, under "
-                   "the input's relative path); its row then names the file.")
+                   "the input's relative path; an absolute one without its root); its row then "
+                   "names the file. Never inside an input folder, never over an input or a "
+                   "file predict did not write (that row gets a mask_refused error).")
 @click.option("--retry-failed", is_flag=True,
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
@@ -512,6 +559,13 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
         raise click.UsageError("give at least one SOURCE (or --retry-failed to re-run the "
                                "failed rows of --out).")
     check_sources(sources)
+    if out_dir is not None:
+        from stages.lib.outdir import OutDir
+
+        try:
+            out_dir = OutDir(out_dir, input_folders(sources))
+        except ValueError as exc:
+            raise StageError(str(exc)) from None
     if out is None:
         single = (len(sources) == 1 and not sources[0].startswith("@")
                   and os.path.isfile(sources[0]))
@@ -574,7 +628,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                     rows = [model.task.write_prediction(r, out_dir) if not r["error"] else r
                             for r in rows]
                 except OSError as exc:
-                    raise write_failed(out_dir, exc) from None
+                    raise write_failed(out_dir.root, exc) from None
             try:
                 f.write_rows(rows) if to_stdout else write_batch(f, rows, fmt, fields)
             except OSError as exc:

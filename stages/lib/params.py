@@ -15,9 +15,8 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from stages.lib.io import StageError
+from stages.lib.userfiles import read_yaml
 
 PARAMS_FILE = "params.yaml"
 DEFAULT_TASK = "classification"
@@ -375,7 +374,7 @@ def read(path=PARAMS_FILE) -> dict:
     if not path.exists():
         raise StageError(f"{path} not found: run the stage from the project root (where "
                          f"params.yaml and dvc.yaml are), as `dvc repro` does.")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict):
         raise StageError(f"{path}: expected a mapping of sections.")
     return raw

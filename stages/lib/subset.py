@@ -7,6 +7,8 @@ import shutil
 from collections import defaultdict
 from pathlib import Path
 
+from stages.lib.userfiles import outside
+
 
 def rank(seed: int, path: str) -> str:
     return hashlib.sha256(f"{seed}:{path}".encode()).hexdigest()
@@ -33,7 +35,9 @@ def copy_annotations(source: Path, dest: Path, annotations, chosen: set) -> None
         if images and not images & chosen:
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / rel, dest / rel)
+        # a link out of the source stays a link: the subset's ingest refuses it as the
+        # source's does, and its target's bytes are never copied in
+        shutil.copy2(source / rel, dest / rel, follow_symlinks=not outside(source, source / rel))
 
 
 def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> int:

@@ -232,9 +232,11 @@ class Task:
         k: how many alternatives to list where the task has them (classification's top-k)."""
         raise NotImplementedError
 
-    def write_prediction(self, row: dict, out_dir) -> dict:
+    def write_prediction(self, row: dict, out) -> dict:
         """predict --out-dir: write the prediction file of one row (its `path` is the input)
-        under out_dir and return the row as it should be written. Default: no file."""
+        at out.target(path, name) (out: a stages.lib.outdir.OutDir), only when
+        out.refuse(...) allows it (otherwise the row becomes an error row), and return the
+        row as it should be written. Default: no file."""
         return row
 
     def empty_prediction(self) -> dict:

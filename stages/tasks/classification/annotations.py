@@ -10,6 +10,7 @@ missing.
 from pathlib import Path
 
 from stages.lib.io import StageError, read_csv
+from stages.lib.userfiles import check_inside
 from stages.tasks.base import Annotations
 
 LABELS = "labels.csv"
@@ -24,7 +25,7 @@ def read_labels(root: Path) -> dict[str, dict] | None:
     path = root / LABELS
     if not path.is_file():
         return None
-    rows = read_csv(path)
+    rows = read_csv(check_inside(root, path))
     if not rows or not {"path", "label"} <= set(rows[0]):
         raise StageError(f"{path}: needs a header with `path,label` (and optionally `group`, "
                          f"`timestamp`, `split`) and one row per image.")

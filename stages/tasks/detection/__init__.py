@@ -10,9 +10,10 @@ CORNER_TOL = 0.01  # export parity: boxes whose corners agree within this many p
 
 class Detection(Task):
     name = "detection"
-    annotation_fields = ("boxes", "annotation_sha256")
+    annotation_fields = ("boxes", "annotation_sha256", "declared_size")
     checks = checks.CHECKS
-    annotation_errors = ("orphan_label", "missing", "coco_unknown_image")
+    annotation_errors = ("orphan_label", "missing", "coco_unknown_image", "coco_bad_value",
+                         "coco_duplicate_id", "coco_duplicate_file")
     meta_keys = ("classes", "max_boxes")
     target_dtype = "float32"
     val_metric = "map50"
@@ -49,8 +50,12 @@ class Detection(Task):
         return row["boxes"]
 
     def check_columns(self, rows, ok, p):
+        sizes = [checks.size_matches(r) if g else None for r, g in zip(rows, ok, strict=True)]
+        # a box normalised by a size the file does not have is judged by coco_size_mismatch
+        # alone: its pixel sizes (box_too_small) would be wrong
+        ok = [g and s is not False for g, s in zip(ok, sizes, strict=True)]
         self._found = checks.box_findings(rows, ok, p)
-        cols = {}
+        cols = {"declared_size_match": sizes}
         for check in checks.BOX_CHECKS:
             bad = self._found.get(check, {})
             cols[f"boxes_{check}"] = [len(bad.get(r["path"], ())) if g else None
@@ -71,6 +76,8 @@ class Detection(Task):
                                                                  min_value=1)))
         out.append(("unlabelled", e.ExpectColumnValuesToBeBetween(column="label_file",
                                                                   min_value=1)))
+        out.append(("coco_size_mismatch", e.ExpectColumnValuesToBeInSet(
+            column="declared_size_match", value_set=[True])))
         return out
 
     def reason(self, check, row, p):
@@ -81,6 +88,8 @@ class Detection(Task):
             return row["error"]
         if check == "unlabelled":
             return "no label file (validate.require_labels is true)"
+        if check == "coco_size_mismatch":
+            return checks.size_reason(row)
         return "; ".join(f"{'line ' if isinstance(at, int) else ''}{at}: {why}"
                          for at, why in self._found.get(check, {}).get(row["path"], []))
 

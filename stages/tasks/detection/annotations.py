@@ -12,7 +12,10 @@ row of its own (`coco_unknown_image`), a listed image that is not there is `miss
 Every box becomes [where, label, xc, yc, w, h] (normalised floats) in the manifest's `boxes`
 column (JSON): `where` is the label file's line number or "annotation <id>" (COCO), `label` the
 class name, or `#<id>` for a class id not in the names. A row that cannot be read is
-[where, "!", why]. validate judges them (checks.py); nothing here refuses a box.
+[where, "!", why]: a COCO number must be a finite JSON number (never NaN, Infinity or a
+string). validate judges them (checks.py); nothing here refuses a box. An image entry that
+cannot be trusted (a bad id, width or height, an id or a file listed twice) is an error of its
+file's row and gives it no boxes; `declared_size` is the COCO entry's `WxH` ("" for YOLO).
 `annotation_sha256` is the hash of the image's label file (YOLO) or of its annotations as
 canonical JSON (COCO), "" when it has none.
 """
@@ -21,15 +24,15 @@ import json
 import math
 from pathlib import PurePosixPath
 
-import yaml
-
 from stages.lib.io import StageError
+from stages.lib.userfiles import NOT_READ, check_inside, outside, read_yaml
 from stages.tasks.base import Annotations
 
 SPLITS = ("train", "val", "test")
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm",
               ".ppm", ".pbm"}
-BLANK = {"boxes": "[]", "annotation_sha256": "", "group": "", "timestamp": "", "split": ""}
+BLANK = {"boxes": "[]", "annotation_sha256": "", "declared_size": "", "group": "", "timestamp": "",
+         "split": ""}
 
 
 def dumps(value) -> str:
@@ -38,10 +41,7 @@ def dumps(value) -> str:
 
 def read_names(path) -> dict:
     """{class id: name} from data.yaml's `names` (a list or a mapping)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise StageError(f"{path}: cannot read it ({exc}); it needs `names: [...]`.") from None
+    data = read_yaml(path)
     names = (data or {}).get("names") if isinstance(data, dict) else None
     if isinstance(names, list):
         return {i: str(n) for i, n in enumerate(names)}
@@ -84,7 +84,7 @@ def split_of(rel: str) -> str:
 
 def read_yolo(source, listing) -> Annotations:
     out = Annotations(skip={"data.yaml"})
-    names = read_names(source / "data.yaml")
+    names = read_names(check_inside(source, source / "data.yaml"))
     files = {rel for rel, kind, _ in listing if kind == "file"}
     labels = {rel for rel in files if rel.startswith("labels/") and rel.endswith(".txt")}
     out.skip |= labels
@@ -96,9 +96,16 @@ def read_yolo(source, listing) -> Annotations:
         if rel.startswith("images/"):
             label = "labels/" + str(PurePosixPath(rel[len("images/"):]).with_suffix(".txt"))
             label_of[label] = rel
-            if label in labels:
-                data = (source / label).read_bytes()
-                values["annotation_sha256"] = hashlib.sha256(data).hexdigest()
+            if label in labels and outside(source, source / label):
+                out.errors[rel] = ("symlink", f"its label file {label} is {NOT_READ}")
+            elif label in labels:
+                try:
+                    data = (source / label).read_bytes()
+                except OSError as exc:  # a broken link, no permission
+                    out.errors[rel] = ("unreadable", f"its label file {label} cannot be read "
+                                                     f"({exc.strerror})")
+                    data = b""
+                values["annotation_sha256"] = hashlib.sha256(data).hexdigest() if data else ""
                 values["boxes"] = dumps(parse_yolo(data.decode("utf-8", "replace"), names))
             else:
                 values["boxes"] = ""  # no label file: background (validate: no_labels)
@@ -120,61 +127,214 @@ def find_image(file_name: str, split: str, files: set) -> str | None:
     return None
 
 
+def shown(value) -> str:
+    """A value from a COCO file as the message names it: JSON's spelling (NaN, Infinity, null),
+    a string quoted and called one, at most 60 characters."""
+    if isinstance(value, str):
+        return f"{value[:40]!r} (a string)"
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def number(value, what: str) -> float:
+    """A finite JSON number (never a string, a boolean, NaN or Infinity); ValueError naming
+    `what` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what} is {shown(value)}, not a number")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} is {shown(value)}, not a finite number")
+    return float(value)
+
+
+def integer(value, what: str) -> int:
+    """A JSON integer (2.0 is one); ValueError naming `what` otherwise."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} is {shown(value)}, not an integer")
+    return value
+
+
+def positive(value, what: str) -> float:
+    out = number(value, what)
+    if out <= 0:
+        raise ValueError(f"{what} is {shown(value)}, not above 0")
+    return out
+
+
+def size_text(w: float, h: float) -> str:
+    """A declared size as the manifest writes an image's (`80x40`)."""
+    return "x".join(str(int(v)) if v.is_integer() else str(v) for v in (w, h))
+
+
+def load_coco(path, js: str) -> tuple[list, list, dict]:
+    """(images, annotations, {category id: name}) of one COCO file: lists of JSON objects;
+    StageError naming the file and the entry for anything the whole file depends on."""
+    def fail(why: str):
+        raise StageError(f"{path}: {why}; fix {js} (a COCO instances file).")
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StageError(f"{path}: not a COCO instances file ({exc}).") from None
+    if not isinstance(data, dict):
+        fail("not a JSON object with `images`, `annotations` and `categories`")
+    lists = {}
+    for key in ("images", "annotations", "categories"):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            fail(f"`{key}` is {shown(entries)}, not a list")
+        for k, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                fail(f"{key}[{k}] is {shown(entry)}, not an object")
+        lists[key] = entries
+    categories = {}
+    for k, c in enumerate(lists["categories"]):
+        try:
+            cat = integer(c.get("id"), "id")
+        except ValueError as exc:
+            fail(f"categories[{k}]: {exc}")
+        name = c.get("name")
+        if isinstance(name, bool) or not isinstance(name, (str, int)):
+            fail(f"categories[{k}]: name is {shown(name)}, not a class name")
+        if categories.get(cat, str(name)) != str(name):
+            fail(f"categories[{k}]: id {cat} is already the category {categories[cat]!r}")
+        categories[cat] = str(name)
+    return lists["images"], lists["annotations"], categories
+
+
+def annotation_order(ann) -> tuple:
+    """Sort key of annotations by id, whatever type a (bad) id has."""
+    i = ann.get("id")
+    return (0, i, "") if isinstance(i, int) and not isinstance(i, bool) else (1, 0, shown(i))
+
+
+def coco_boxes(anns, categories, w: float, h: float) -> list:
+    """The boxes of one image's annotations (crowd ones left out), normalised by its declared
+    size; an annotation with a bad number is a malformed row naming it."""
+    boxes = []
+    for ann in anns:
+        if ann.get("iscrowd"):
+            continue
+        where = f"annotation {ann.get('id')}"
+        try:
+            cat = integer(ann.get("category_id"), "category_id")
+            bbox = ann.get("bbox")
+            if not isinstance(bbox, list) or len(bbox) != 4:
+                raise ValueError(f"bbox is {shown(bbox)}, not [x, y, width, height]")
+            x, y, bw, bh = (number(v, f"bbox[{k}]") for k, v in enumerate(bbox))
+        except ValueError as exc:
+            boxes.append([where, "!", str(exc)])
+            continue
+        boxes.append([where, categories.get(cat, f"#{cat}"), (x + bw / 2) / w,
+                      (y + bh / 2) / h, bw / w, bh / h])
+    return boxes
+
+
+def problem(out: Annotations, key: str, kind: str, why: str, split: str) -> None:
+    """An annotation error of key (the first one found stays); a key that is not a file under
+    the source gets a row of its own."""
+    if key not in out.values:
+        out.extra.append(key)
+        out.values[key] = {**BLANK, "split": split}
+    out.errors.setdefault(key, (kind, why))
+
+
 def read_coco(source, listing, jsons) -> Annotations:
+    """Rows of COCO files. Besides the boxes: an image entry whose id, width or height is not a
+    finite number (width, height above 0) is `coco_bad_value`; an id listed twice is
+    `coco_duplicate_id` for every image listing it (whose boxes are they?); a file listed twice
+    (in one file or several) is `coco_duplicate_file`. The declared size goes to
+    `declared_size`, for validate's `coco_size_mismatch`."""
     out = Annotations(skip=set(jsons))
     files = {rel for rel, kind, _ in listing if kind == "file"}
     for rel, kind, _ in listing:
         if kind == "file" and rel not in out.skip:
             out.values[rel] = {**BLANK, "split": split_of(rel), "boxes": ""}
+    parsed, listed = [], {}  # listed: {file: [(json, image id or entry)]}
     for js in sorted(jsons):
         split = PurePosixPath(js).stem.removeprefix("instances_")
-        try:
-            data = json.loads((source / js).read_text())
-            images = {int(im["id"]): im for im in data.get("images", [])}
-            categories = {int(c["id"]): str(c["name"]) for c in data.get("categories", [])}
-            annotations = data.get("annotations", [])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise StageError(f"{source / js}: not a COCO instances file ({exc}).") from None
-        per_image = {i: [] for i in images}
+        images, annotations, categories = load_coco(check_inside(source, source / js), js)
+        entries = []  # (k, entry, file or None, id or ValueError)
+        for k, im in enumerate(images):
+            name = im.get("file_name")
+            rel = find_image(name, split, files) if isinstance(name, str) and name else None
+            try:
+                image_id = integer(im.get("id"), "id")
+            except ValueError as exc:
+                image_id = exc
+            entries.append((k, im, rel, image_id))
+            if rel is not None:
+                listed.setdefault(rel, []).append(
+                    (js, f"image id {image_id}" if isinstance(image_id, int) else
+                     f"images[{k}]"))
+        parsed.append((js, split, entries, annotations, categories))
+    for js, split, entries, annotations, categories in parsed:
+        given = split if split in SPLITS else ""
+        ids = {}
+        for _, im, _, image_id in entries:
+            if isinstance(image_id, int):
+                ids.setdefault(image_id, []).append(str(im.get("file_name")))
+        per_image = {i: [] for i in ids}
         for ann in annotations:
-            image_id = ann.get("image_id")
-            if image_id not in images:
-                key = f"{js}#annotation={ann.get('id')}"
-                out.extra.append(key)
-                out.values[key] = {**BLANK, "split": split if split in SPLITS else ""}
-                out.errors[key] = ("coco_unknown_image", f"annotation {ann.get('id')} refers "
-                                                         f"to image id {image_id}, not in images")
+            try:
+                image_id = integer(ann.get("image_id"), "image_id")
+                known = image_id in per_image
+                why = f" refers to image id {image_id}, not in images"
+            except ValueError as exc:
+                known, why = False, f": {exc}"
+            if not known:
+                problem(out, f"{js}#annotation={ann.get('id')}", "coco_unknown_image",
+                        f"annotation {ann.get('id')}{why}", given)
                 continue
             per_image[image_id].append(ann)
-        for image_id, im in sorted(images.items()):
-            rel = find_image(str(im.get("file_name", "")), split, files)
-            anns = sorted(per_image[image_id], key=lambda a: a.get("id", 0))
-            if rel is None:
-                key = str(im.get("file_name", f"{js}#image={image_id}"))
-                out.extra.append(key)
-                out.values[key] = {**BLANK, "split": split if split in SPLITS else ""}
-                out.errors[key] = ("missing", f"listed in {js} (image id {image_id}) with "
-                                              f"{len(anns)} annotations, but not found")
+
+        for k, im, rel, image_id in entries:
+            name = im.get("file_name")
+            if not isinstance(name, str) or not name:
+                problem(out, f"{js}#images[{k}]", "coco_bad_value",
+                        f"{js}, images[{k}]: file_name is {shown(name)}, not a file name",
+                        given)
                 continue
-            w, h = float(im.get("width") or 0), float(im.get("height") or 0)
-            boxes = []
-            for ann in anns:
-                if ann.get("iscrowd"):
-                    continue
-                cat = int(ann.get("category_id", -1))
-                label = categories.get(cat, f"#{cat}")
-                try:
-                    x, y, bw, bh = (float(v) for v in ann["bbox"])
-                    if not w or not h:
-                        raise ValueError("the image has no width/height")
-                except (KeyError, ValueError, TypeError) as exc:
-                    boxes.append([f"annotation {ann.get('id')}", "!", f"bad bbox: {exc}"])
-                    continue
-                boxes.append([f"annotation {ann.get('id')}", label, (x + bw / 2) / w,
-                              (y + bh / 2) / h, bw / w, bh / h])
-            canonical = dumps([{k: a[k] for k in sorted(a)} for a in anns]).encode()
+            if isinstance(image_id, ValueError):
+                problem(out, rel or name, "coco_bad_value", f"{js}, images[{k}]: {image_id}",
+                        given)
+                continue
+            anns = sorted(per_image[image_id], key=annotation_order)
+            if rel is None:
+                problem(out, name, "missing", f"listed in {js} (image id {image_id}) with "
+                                              f"{len(anns)} annotations, but not found", given)
+                continue
+            if len(ids[image_id]) > 1:
+                problem(out, rel, "coco_duplicate_id",
+                        f"image id {image_id} is listed {len(ids[image_id])} times in {js} "
+                        f"({', '.join(ids[image_id])}): whose annotations are they? Give each "
+                        f"image its own id", given)
+                continue
+            if len(listed[rel]) > 1:
+                if {j for j, _ in listed[rel]} == {js}:
+                    where = (f"{len(listed[rel])} times in {js} (image ids "
+                             + ", ".join(i.removeprefix("image id ") for _, i in listed[rel])
+                             + ")")
+                else:
+                    where = f"{len(listed[rel])} times: " + ", ".join(
+                        f"{j} ({i})" for j, i in listed[rel])
+                problem(out, rel, "coco_duplicate_file",
+                        f"listed {where}: keep one entry per file", given)
+                continue
+            try:
+                w = positive(im.get("width"), "width")
+                h = positive(im.get("height"), "height")
+            except ValueError as exc:
+                problem(out, rel, "coco_bad_value", f"{js}, image id {image_id}: {exc}", given)
+                continue
+            canonical = dumps([{key: a[key] for key in sorted(a)} for a in anns]).encode()
             out.values[rel].update(
-                boxes=dumps(boxes), split=split if split in SPLITS else "",
+                boxes=dumps(coco_boxes(anns, categories, w, h)), split=given,
+                declared_size=size_text(w, h),
                 annotation_sha256=hashlib.sha256(canonical).hexdigest() if anns else "")
     return out
 

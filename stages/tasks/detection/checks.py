@@ -12,7 +12,15 @@ CHECKS = {
     "orphan_label": (BLOCKING, "a YOLO label file with no image"),
     "missing": (BLOCKING, "a COCO image entry whose file is not under data.source"),
     "coco_unknown_image": (BLOCKING, "a COCO annotation whose image id is not in `images`"),
-    "malformed_box": (BLOCKING, "a label row with the wrong column count or not a number"),
+    "coco_bad_value": (BLOCKING, "a COCO image entry whose id, width or height is NaN, "
+                                 "Infinity, a string or missing (width, height: above 0)"),
+    "coco_duplicate_id": (BLOCKING, "a COCO image id listed by two image entries: every "
+                                    "image listing it (whose boxes would they be?)"),
+    "coco_duplicate_file": (BLOCKING, "a file listed by two COCO image entries"),
+    "coco_size_mismatch": (BLOCKING, "a COCO image entry's width/height differs from the "
+                                     "file's (its boxes would be scaled wrong)"),
+    "malformed_box": (BLOCKING, "a label row with the wrong column count or not a finite number "
+                                "(COCO: a bbox or category_id that is NaN, Infinity or a string)"),
     "unknown_class": (BLOCKING, "a class id not in data.yaml's names / COCO's categories (or "
                                 "not in validate.classes)"),
     "box_outside": (BLOCKING, "box corners outside [0, 1] (the image) beyond "
@@ -25,6 +33,20 @@ CHECKS = {
 }
 BOX_CHECKS = ("malformed_box", "unknown_class", "box_outside", "box_degenerate",
               "box_too_small", "duplicate_box")
+
+
+def size_matches(row) -> bool | None:
+    """Whether a COCO row's declared size is its file's (None: nothing declared, YOLO)."""
+    if not row.get("declared_size") or not row.get("width"):
+        return None
+    return row["declared_size"] == f"{row['width']}x{row['height']}"
+
+
+def size_reason(row) -> str:
+    where = (f"annotations/instances_{row['split']}.json" if row.get("split")
+             else "its COCO image entry")
+    return (f"{where} declares {row['declared_size']} but the file is {row['width']}x"
+            f"{row['height']}: fix the entry's width and height (its boxes are scaled by them)")
 
 
 def boxes_of(row) -> list:

@@ -17,6 +17,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from stages.lib.userfiles import NOT_READ, check_inside, outside
 from stages.tasks.base import Annotations
 
 LIST = "rec_gt.txt"
@@ -72,7 +73,7 @@ def read_annotations(source: Path, listing: list) -> Annotations:
     list_file = LIST if LIST in names else jsonl[0] if jsonl else None
     if list_file is None:
         return pairs(source, listing, out)
-    entries, duplicates, problems = parse_list(source / list_file,
+    entries, duplicates, problems = parse_list(check_inside(source, source / list_file),
                                                "list" if list_file == LIST else "jsonl")
     out.skip.add(list_file)
     if problems:
@@ -115,6 +116,10 @@ def pairs(source: Path, listing: list, out: Annotations) -> Annotations:
             out.values[rel] = dict(BLANK)
             out.errors[rel] = ("unlabelled", f"unlabelled: no {Path(txt).name} beside it")
             continue
+        if outside(source, source / txt):
+            out.values[rel] = dict(BLANK)
+            out.errors[rel] = ("symlink", f"its transcript {txt} is {NOT_READ}")
+            continue
         try:
             out.values[rel] = text_values(
                 (source / txt).read_bytes().decode("utf-8").removesuffix("\n").removesuffix("\r"))
@@ -122,6 +127,10 @@ def pairs(source: Path, listing: list, out: Annotations) -> Annotations:
             out.values[rel] = dict(BLANK)
             out.errors[rel] = ("bad_list", f"{Path(txt).name} is not UTF-8 ({exc.reason} at "
                                            f"byte {exc.start})")
+        except OSError as exc:  # a broken link, no permission
+            out.values[rel] = dict(BLANK)
+            out.errors[rel] = ("unreadable", f"its transcript {txt} cannot be read "
+                                             f"({exc.strerror})")
     for txt in sorted(texts):
         if txt.rpartition(".")[0] not in images:
             out.values[txt] = dict(BLANK)

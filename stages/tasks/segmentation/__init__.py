@@ -138,10 +138,10 @@ class Segmentation(Task):
 
         return decode(outputs, meta["classes"])
 
-    def write_prediction(self, row, out_dir):
+    def write_prediction(self, row, out):
         from stages.tasks.segmentation.outputs import write_prediction
 
-        return write_prediction(row, out_dir)
+        return write_prediction(row, out, self.empty_prediction())
 
     def headline(self, facts):
         return [("test foreground mIoU", facts.eval.get("miou_foreground")),

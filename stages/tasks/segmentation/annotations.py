@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError
+from stages.lib.userfiles import NOT_READ, check_inside, outside, read_yaml
 from stages.tasks.base import Annotations
 
 FIELDS = ("mask", "mask_sha256", "mask_size", "mask_values", "label_set")
@@ -28,18 +29,66 @@ SPLITS = ("train", "val", "test")
 DEFAULT_IGNORE = 255
 
 
+def shown(value) -> str:
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def mask_value(value) -> int | None:
+    """value as a mask pixel value (0-255: masks are 8-bit), from an integer or a string of
+    digits; None when it is not one."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+        return None
+    return value
+
+
+def declared(path, pairs, ignore) -> tuple[dict, int]:
+    """({index: name}, ignore value) of the (index, name) pairs a label file gives; a one-line
+    StageError naming the file for an index or ignore value that is not a mask value, a name
+    that is not a string or number, a name given to two classes, an ignore value that is a
+    class."""
+    def fail(why: str):
+        raise StageError(f"{path}: {why}.")
+
+    names, owner = {}, {}
+    for raw, name in pairs:
+        index = mask_value(raw)
+        if index is None:
+            fail(f"class {shown(raw)} is not a mask value (0-255): a class is the value of its "
+                 f"mask pixels")
+        if isinstance(name, bool) or not isinstance(name, (str, int, float)):
+            fail(f"class {index}'s name is {shown(name)}, not a name (a string)")
+        name = str(name)
+        if name in owner:
+            fail(f"classes {owner[name]} and {index} are both named {name!r}: give each class "
+                 f"its own name")
+        names[index], owner[name] = name, index
+    value = mask_value(ignore)
+    if value is None:
+        fail(f"`ignore: {shown(ignore)}` is not a mask value (0-255); the ignore value is the "
+             f"mask pixel value that marks unlabelled pixels ({DEFAULT_IGNORE} by default)")
+    if value in names:
+        fail(f"`ignore: {value}` is also class {value} ({names[value]}): its pixels would be "
+             f"both; choose an ignore value no class uses ({DEFAULT_IGNORE} by default)")
+    return names, value
+
+
 def read_label_set(source: Path) -> tuple[dict, int, str]:
     """({index: name} declared by the dataset ({} = the values found), ignore value, layout)."""
     dataset_json = source / "dataset.json"
     if dataset_json.is_file():
         try:
-            spec = json.loads(dataset_json.read_text())
+            spec = json.loads(check_inside(source, dataset_json).read_text())
             labels = spec["labels"]
             ending = spec.get("file_ending", ".png")
-        except (ValueError, KeyError, TypeError) as exc:
+            if not isinstance(labels, dict) or not isinstance(ending, str):
+                raise TypeError("`labels` must be a mapping, `file_ending` a string")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise StageError(f"{dataset_json}: not an nnU-Net dataset.json with `labels` "
                              f"({exc}).") from None
-        names, ignore = {}, DEFAULT_IGNORE
+        pairs, ignore = [], DEFAULT_IGNORE
         for key, value in labels.items():
             if str(key).lstrip("-").isdigit():  # {index: name} (nnU-Net v1)
                 key, value = value, key
@@ -47,26 +96,20 @@ def read_label_set(source: Path) -> tuple[dict, int, str]:
                 raise StageError(f"{dataset_json}: label {key} is a region {value}; only "
                                  f"plain class indices are supported.")
             if str(key) == "ignore":
-                ignore = int(value)
+                ignore = value
             else:
-                names[int(value)] = str(key)
-        return names, ignore, "nnunet:" + ending
+                pairs.append((value, key))
+        return (*declared(dataset_json, pairs, ignore), "nnunet:" + ending)
     path = source / "classes.yaml"
     if not path.is_file():
         return {}, DEFAULT_IGNORE, "masks"
-    import yaml
-
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_yaml(path, source)
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise StageError(f"{path}: expected a mapping of class index to name "
-                         f"(and optionally `ignore: 255`).")
-    ignore = int(raw.pop("ignore", DEFAULT_IGNORE))
-    try:
-        names = {int(k): str(v) for k, v in raw.items()}
-    except (TypeError, ValueError):
-        raise StageError(f"{path}: keys must be class indices (0, 1, ...), plus `ignore`.") \
-            from None
-    return names, ignore, "masks"
+                         f"(and optionally `ignore: 255`), not {type(raw).__name__}.")
+    ignore = raw.pop("ignore", DEFAULT_IGNORE)
+    return (*declared(path, list(raw.items()), ignore), "masks")
 
 
 def label_set_json(names: dict, ignore: int) -> str:
@@ -167,6 +210,9 @@ def read_annotations(source: Path, listing: list) -> Annotations:
             out.errors[rel] = ("no_mask", f"no mask: {mask} not found")
             continue
         used.add(mask)
+        if outside(source, source / mask):
+            out.errors[rel] = ("symlink", f"its mask {mask} is {NOT_READ}")
+            continue
         facts = read_mask(source / mask)
         values["mask_sha256"] = facts.get("sha256", "")
         if "error" in facts:

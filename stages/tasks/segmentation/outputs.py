@@ -3,10 +3,14 @@
 Each prediction: `size` [height, width] of the mask, `areas` {class: pixels}, `rle` (the mask
 row by row as runs: {"size": [h, w], "values": [...], "lengths": [...]}) and `mask_png` (the
 mask as a single-channel PNG of class indices, base64). predict also writes the PNG, resized to
-the input's own size by nearest neighbour, with --out-dir.
+the input's own size by nearest neighbour, with --out-dir: under the input's relative path,
+marked with the input it was written for, and never into an input folder or over a file that
+is not such a mask of the same input (stages/lib/outdir.py).
 """
 import base64
 import io
+import json
+from pathlib import PurePath
 
 import numpy as np
 
@@ -42,30 +46,49 @@ def decode(outputs, classes) -> list[dict]:
     return out
 
 
-def mask_path(path: str, out_dir):
-    """Where predict --out-dir puts the mask of input `path`: its relative path (an absolute
-    path or one climbing with .. keeps only its name) with the suffix .png."""
-    from pathlib import Path
-
-    rel = Path(path)
-    if rel.is_absolute() or ".." in rel.parts:
-        rel = Path(rel.name)
-    return Path(out_dir) / rel.with_name(rel.name + ".png" if rel.suffix.lower() != ".png"
-                                         else rel.name)
+MARK = "predict-input"  # the PNG text chunk naming the input a mask was written for
 
 
-def write_prediction(row: dict, out_dir) -> dict:
-    """Write the row's mask as a PNG at the input image's own size (nearest neighbour from the
-    model's resolution); the row's mask_png becomes the file's path."""
+def mask_name(path: str) -> str:
+    """The mask file's name for input `path`: its name with .png added (kept when it is one)."""
+    name = PurePath(path).name
+    return name if PurePath(name).suffix.lower() == ".png" else name + ".png"
+
+
+def written_for(target) -> str | None:
+    """The input that predict wrote the mask at target for (its MARK), or None when target is
+    not a mask predict wrote."""
     from PIL import Image
+
+    try:
+        with Image.open(target) as img:
+            mark = img.info.get(MARK) if img.format == "PNG" else None
+        return json.loads(mark) if isinstance(mark, str) else None
+    except Exception:  # not an image, truncated, not JSON: not ours
+        return None
+
+
+def write_prediction(row: dict, out, empty: dict) -> dict:
+    """Write the row's mask as a PNG at the input image's own size (nearest neighbour from the
+    model's resolution) under out (a stages.lib.outdir.OutDir), at the input's relative path;
+    the row's mask_png becomes the file's path. A mask that may not be written there (inside
+    an input folder, over the input or over a file predict did not write for this input)
+    makes the row an error row (kind mask_refused) and nothing is written."""
+    from PIL import Image, PngImagePlugin
 
     from stages.lib.io import write_bytes
 
+    target = out.target(row["path"], mask_name(row["path"]))
+    why = out.refuse(target, row["path"], written_for)
+    if why:
+        return {**row, **empty, "error": f"mask_refused: {why}; the mask was not written: "
+                                         f"choose another --out-dir"}
     with Image.open(row["path"]) as img:
         size = img.size
     mask = Image.fromarray(unrle(row["rle"]), "L").resize(size, Image.Resampling.NEAREST)
+    info = PngImagePlugin.PngInfo()
+    info.add_text(MARK, json.dumps(row["path"]))  # ASCII: any file name fits a tEXt chunk
     buf = io.BytesIO()
-    mask.save(buf, format="PNG")
-    target = mask_path(row["path"], out_dir)
+    mask.save(buf, format="PNG", pnginfo=info)
     write_bytes(target, buf.getvalue())
     return {**row, "mask_png": target.as_posix()}
