@@ -153,3 +153,48 @@ def test_verify_and_doctor_name_the_profiles(monkeypatch, tmp_path):
     assert "lacks AVX2" in why and "runs native" in lines[0]
     (finding,) = doctor.kernel_findings(tmp_path)
     assert finding.level == doctor.WARN and "unsupported CPU" in finding.message
+
+
+# ATen ops that torch runs through MKL's VML on CPU (aten/src/ATen/cpu/vml.h). VML's sqrt gave
+# other last bits on an emulated Intel CPU than on an AMD one under the portable settings, so
+# no training step may use it; exp, log and tanh are VML ops too but measured equal there.
+VML_OPS = {"sqrt", "acos", "asin", "atan", "cos", "sin", "tan", "erf", "erfc", "erfinv",
+           "log10", "log2"}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("run", ["trained_project", "detection_project", "segmentation_project",
+                                 "ocr_project"])
+def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
+    """One real step of each task's sample model (its shared run's data, params, optimizer and
+    loss) under a dispatch mode that records every ATen op."""
+    import dataclasses
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from stages.lib.images import load_processed
+    from stages.lib.params import load
+    from stages.tasks import current
+    from stages.train import setup
+
+    project = request.getfixturevalue(run)
+    monkeypatch.chdir(project)
+    p = load("train")
+    task = current()
+    x, y, meta = load_processed("train", torch=True)
+    run_state = setup(dataclasses.replace(p, adapter="none"), meta, task)
+    model, opt = run_state["model"], run_state["opt"]
+    seen = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    batch = list(range(min(len(x), p.batch_size)))
+    with Record():
+        loss = task.forward_loss(model.train(), x[batch], y[batch], p)
+        loss.backward()
+        opt.step()
+    assert {"convolution", "convolution_backward"} <= seen or "addmm" in seen, seen
+    assert not seen & VML_OPS, f"{run}: VML ops on the training path: {seen & VML_OPS}"
