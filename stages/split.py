@@ -10,9 +10,12 @@ its target within a binomial tolerance (split.balance_z); beyond it the class, i
 largest groups responsible are named (split.on_imbalance: warn | fail).
 By time: groups are ordered by their latest `timestamp` and cut chronologically, train before
 val before test, so no future data leaks into training.
-By given: the dataset's own split (the manifest's `split` column); val, when the data has none,
-is carved from train by the hash rule (split.val of train); exact and near duplicates across the
-given splits are counted in metrics/split.json and warned about.
+By given: the dataset's own split (the manifest's `split` column). A split the data lacks is
+carved from train by the hash rule over train's groups: val (split.val of train) when it has no
+val, test (split.test of train) when it has no test, as most YOLO and COCO releases ship train and
+val only; stable as data grows, groups and near-duplicates kept whole, and said in the log and in
+metrics/split.json (`carved`). Exact and near duplicates across the given splits are counted in
+metrics/split.json and warned about.
 Quarantined and broken files never reach a split. Files are listed, never moved.
 """
 import hashlib
@@ -79,10 +82,17 @@ def by_time(rows, keys, val, test) -> dict[str, str]:
 SLACK = 0.01  # added to the binomial tolerance: rounding and tiny classes
 
 
-def by_given(rows, keys, seed, val) -> dict[str, str]:
-    """{path: split} from each row's own `split` (train, val or test). When no row is in val,
-    val is carved from train by the hash rule: a train group goes to val when its key's uniform
-    draw is below `val` (so it is stable as data grows and groups stay whole)."""
+def carved(rows) -> list[str]:
+    """The splits by_given carves from train: those no row of the data's own split is in."""
+    present = {r.get("split") or "" for r in rows}
+    return [name for name in ("val", "test") if name not in present]
+
+
+def by_given(rows, keys, seed, val, test) -> dict[str, str]:
+    """{path: split} from each row's own `split` (train, val or test). A split no row is in
+    (val, test or both) is carved from train by the hash rule: a train group goes to test when
+    its key's uniform draw is below `test`, to val when below `test + val` (only the missing
+    splits' shares count), so it is stable as data grows and groups stay whole."""
     wrong = sorted(r["path"] for r in rows if (r.get("split") or "") not in SPLITS)
     if wrong:
         raise StageError(
@@ -90,10 +100,12 @@ def by_given(rows, keys, seed, val) -> dict[str, str]:
             f"test: the folder <source>/<split>/<class>/ or labels.csv's `split` column): "
             + ", ".join(wrong[:20]) + (" ..." if len(wrong) > 20 else ""))
     out = {r["path"]: r["split"] for r in rows}
-    if "val" not in out.values():
+    missing = carved(rows)
+    shares = (val if "val" in missing else 0.0, test if "test" in missing else 0.0)
+    if missing:
         for r in rows:
-            if out[r["path"]] == "train" and assign(keys[r["path"]], seed, val, 0.0) == "val":
-                out[r["path"]] = "val"
+            if out[r["path"]] == "train":
+                out[r["path"]] = assign(keys[r["path"]], seed, *shares)
     return out
 
 
@@ -103,7 +115,7 @@ def plan(rows, seed, val, test, by="hash", distance=-1):
 
     keys = group_keys(rows, distance)
     if by == "given":
-        return by_given(rows, keys, seed, val), keys
+        return by_given(rows, keys, seed, val, test), keys
     if by == "time":
         where = by_time(rows, keys, val, test)
     else:
@@ -221,7 +233,8 @@ def main(params_path):
     """Write data/split/{train,val,test}.csv and metrics/split.json from the manifest.
 
     Reads `task`, `split.by` (hash | time | given), `split.seed`, `split.val` and `split.test`
-    (fractions), `split.balance_z` and `split.on_imbalance` (the per-class share check), and
+    (fractions; under given, the shares of train carved out as val or test when the data has
+    no such split), `split.balance_z` and `split.on_imbalance` (the per-class share check), and
     `validate.near_dup_distance` (near-duplicates share a split). Files listed in
     data/quarantine.csv or with an error in the manifest are left out.
     """
@@ -253,6 +266,13 @@ def main(params_path):
     metrics["balance"] = {"checked": p.by == "hash", "z": p.balance_z, "slack": SLACK,
                           "off_target": len(off), "findings": off}
     metrics["leakage"] = leakage(rows, where, distance)
+    if p.by == "given":  # the splits the data lacked, carved from train: {split: files}
+        metrics["carved"] = {name: len(splits[name]) for name in carved(rows)}
+        for name, n in metrics["carved"].items():
+            click.echo(f"split: the data has no {name} split of its own: {n} files carved "
+                       f"from train as {name} (split.{name} {getattr(p, name)} of train's "
+                       f"groups by the hash rule, split.seed {p.seed}; groups and "
+                       f"near-duplicates kept whole)")
     for key, o in metrics["leakage"].items():
         if p.by == "given" and (o["exact"] or o["near"]):
             click.echo(f"split: warning: {key} leakage in the given split: {o['exact']} "

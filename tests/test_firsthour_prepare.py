@@ -71,7 +71,7 @@ def write_params(tmp_path, **prepare):
     ({"channels": 2}, "`prepare.channels` must be one of 1, 3, auto"),
     ({"mean": "auto"}, "prepare.mean and prepare.std are both auto or both lists"),
     ({"mean": "mine", "std": "auto"}, "`prepare.mean` must be a list"),
-    ({"channels": 3}, "need one value per channel"),
+    ({"channels": 3, "mean": [0.5, 0.5], "std": [0.5, 0.5]}, "need one value per channel"),
 ])
 def test_bad_prepare_values_are_named(tmp_path, prepare, error):
     from stages.lib.io import StageError
@@ -96,8 +96,8 @@ def test_auto_size_rounds_and_caps():
     from stages.lib.autoprep import AUTO_SIZE_CAP, auto_size
 
     assert auto_size([48] * 5) == 48
-    assert auto_size([8, 8, 8]) == 8
-    assert auto_size([3, 4]) == 8  # never below 8
+    assert auto_size([8, 8, 8]) == 16  # never below 16: the 8x8 digits are prepared at 16
+    assert auto_size([3, 4]) == 16
     assert auto_size([61, 62, 1000]) == 64
     assert auto_size([4000] * 3) == AUTO_SIZE_CAP == 128
 

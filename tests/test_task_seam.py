@@ -68,7 +68,8 @@ def test_a_param_outside_its_choices_or_range_is_named(tmp_path):
             ("split", {"val": 0.6, "test": 0.5}, r"split\.val \+ split\.test must be below 1"),
             ("evaluate", {"calibration_bins": 0}, r"`evaluate\.calibration_bins` must be >= 1"),
             ("export", {"atol": -1.0}, r"`export\.atol` must be >= 0"),
-            ("prepare", {"channels": 3}, r"one value per channel"),
+            ("prepare", {"channels": 3, "mean": [0.5, 0.5], "std": [0.5, 0.5]},
+             r"one value per channel"),
             ("validate", {"on_error": "skip"}, r"one of fail, quarantine")):
         path.write_text(yaml.safe_dump({section: values}))
         with pytest.raises(StageError, match=message):

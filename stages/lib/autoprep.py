@@ -7,9 +7,13 @@ with a hint when `auto` would have chosen differently (your own data trained at 
 16x16 grey is then never silent). Task-agnostic: any task whose inputs are images.
 
 - image_size auto: the median shorter side of the train images (from their headers, nothing
-  decoded), rounded to the nearest multiple of 8, at least 8 and at most AUTO_SIZE_CAP.
+  decoded), rounded to the nearest multiple of 8, at least AUTO_SIZE_MIN (16: the small CNN
+  pools twice, so smaller images are scaled up; the 8x8 digits sample is prepared at 16) and at
+  most AUTO_SIZE_CAP.
 - channels auto: 1 when every image (all splits) is grey (a grey mode, or a palette whose colours
   are all grey), else 3.
+- mean/std: a list of one value applies to every channel (the committed [0.5] / [0.5] fits grey
+  and colour data alike, so only the shape follows the data by default).
 - mean/std auto: per channel, over every pixel of the prepared train split (after decoding,
   conversion and resizing: exactly what the model sees), computed from exact integer sums and
   rounded to 4 decimals.
@@ -19,6 +23,7 @@ from pathlib import Path
 from stages.lib.params import AUTO
 
 AUTO_SIZE_CAP = 128  # image_size auto never exceeds this (set image_size to go larger)
+AUTO_SIZE_MIN = 16  # nor goes below this: smaller images are scaled up (two 2x poolings)
 SIZE_MULTIPLE = 8
 GREY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 
@@ -57,11 +62,12 @@ def header_facts(path) -> tuple[int, bool]:
 
 
 def auto_size(sides: list) -> int:
-    """The median shorter side, rounded to a multiple of 8, within [8, AUTO_SIZE_CAP]."""
+    """The median shorter side, rounded to a multiple of 8, within [AUTO_SIZE_MIN,
+    AUTO_SIZE_CAP]."""
     s = sorted(sides)
     median = (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
     rounded = SIZE_MULTIPLE * round(median / SIZE_MULTIPLE)
-    return int(min(AUTO_SIZE_CAP, max(SIZE_MULTIPLE, rounded)))
+    return int(min(AUTO_SIZE_CAP, max(AUTO_SIZE_MIN, rounded)))
 
 
 def needs_headers_first(p) -> bool:
@@ -87,16 +93,18 @@ def choose_shape(p, sides: list, colour: int, total: int) -> tuple:
     train images (of every image when there is no train split), and how many of all `total`
     images are colour."""
     sides = sorted(sides)
-    size = auto_size(sides) if sides else SIZE_MULTIPLE
+    size = auto_size(sides) if sides else AUTO_SIZE_MIN
     why = (f"median shorter side of {len(sides)} train images is "
            f"{sides[(len(sides) - 1) // 2] if sides else 0} px, rounded to a multiple of "
-           f"{SIZE_MULTIPLE}, at most {AUTO_SIZE_CAP}")
+           f"{SIZE_MULTIPLE}, at least {AUTO_SIZE_MIN}, at most {AUTO_SIZE_CAP}")
     if p.image_size == AUTO:
         size_line = f"prepare.image_size: {size} (auto: {why})"
     else:
         size_line = f"prepare.image_size: {p.image_size} (params.yaml)" + (
             "" if p.image_size == size else f"; auto would choose {size}: {why}")
         size = p.image_size
+    if p.height:  # text lines: image_size is not used
+        size_line = f"prepare.image_size: unused (text lines at {p.height} x {p.width})"
     channels = 3 if colour else 1
     why = (f"{colour} of {total} images are colour" if colour
            else f"all {total} images are grey")
@@ -110,13 +118,13 @@ def choose_shape(p, sides: list, colour: int, total: int) -> tuple:
 
 
 def check_norm(p, channels: int) -> None:
-    """Explicit mean/std must have one value per (resolved) channel."""
-    if p.mean != AUTO and len(p.mean) != channels:
+    """Explicit mean/std must have one value per (resolved) channel, or one for all."""
+    if p.mean != AUTO and len(p.mean) not in (1, channels):
         from stages.lib.io import StageError
 
         raise StageError(f"prepare.mean and prepare.std have {len(p.mean)} value(s) but "
-                         f"prepare.channels is {channels}: give one value per channel, or set "
-                         f"both to auto")
+                         f"prepare.channels is {channels}: give one value per channel (or one "
+                         f"for every channel), or set both to auto")
 
 
 def value_counts(x):
@@ -138,9 +146,10 @@ def resolve_norm(p, channels: int, train_images=None, counts=None) -> tuple:
     (value_counts summed over the train shards, as prepare's workers give them) or else from
     train_images() (an iterable of uint8 NxHxWxC arrays)."""
     check_norm(p, channels)
-    if p.mean != AUTO:
-        return list(p.mean), list(p.std), (f"prepare.mean/std: {p.mean} / {p.std} "
-                                           f"(params.yaml; auto uses the train split's)")
+    if p.mean != AUTO:  # one value is every channel's
+        mean, std = (list(v) * (channels if len(v) == 1 else 1) for v in (p.mean, p.std))
+        return mean, std, (f"prepare.mean/std: {mean} / {std} "
+                           f"(params.yaml; auto uses the train split's)")
     import numpy as np
 
     if counts is None:

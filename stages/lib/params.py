@@ -79,8 +79,9 @@ class Split:
     # hash: stable as data grows | time: chronological | given: the dataset's own split
     by: str = knob("hash", choices=("hash", "time", "given"))
     seed: int = 42
-    val: float = knob(0.15, above=0.0, below=1.0)  # given: share of train carved out when no val
-    test: float = knob(0.15, above=0.0, below=1.0)  # given: unused
+    # given: the share of train carved out as val (test) when the data has no val (test) split
+    val: float = knob(0.15, above=0.0, below=1.0)
+    test: float = knob(0.15, above=0.0, below=1.0)
     balance_z: float = knob(4.0, at_least=0.0)  # per-class share tolerance, in binomial sds
     on_imbalance: str = knob("warn", choices=("warn", "fail"))  # a class's share off target
 
@@ -98,10 +99,12 @@ AUTO = "auto"  # prepare.image_size, channels, mean, std: chosen from the data b
 class Prepare:
     # each of these four: a value, or auto = a deterministic function of the data, chosen and
     # explained by prepare (stages/lib/autoprep.py) and recorded in data/processed/meta.json
-    image_size: int | str = 16  # pixels per side, >= 1 | auto: median shorter side, rounded
-    channels: int | str = 1  # 1 = greyscale, 3 = RGB | auto: 1 only when every image is grey
-    mean: list[float] | str = knob([0.5])  # per channel | auto: the train split's
-    std: list[float] | str = knob([0.5])  # per channel | auto: the train split's
+    # (auto image_size and channels are the defaults: the digits sample gets 16 px grey from
+    # them, your own data its own size and colour; mean/std [0.5] is every channel's)
+    image_size: int | str = AUTO  # pixels per side, >= 1 | auto: median shorter side, rounded
+    channels: int | str = AUTO  # 1 = greyscale, 3 = RGB | auto: 1 only when every image is grey
+    mean: list[float] | str = knob([0.5])  # per channel, or one for all | auto: the train split's
+    std: list[float] | str = knob([0.5])  # per channel, or one for all | auto: the train split's
     shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
     workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
     # text lines: > 0 resizes each image to this height, aspect kept, right-padded (or squeezed)
@@ -145,10 +148,11 @@ class Prepare:
         if (self.mean == AUTO) != (self.std == AUTO):
             return ["prepare.mean and prepare.std are both auto or both lists"]
         if self.mean != AUTO and self.channels != AUTO and (
-                len(self.mean) != self.channels or len(self.std) != self.channels):
-            return [f"prepare.mean and prepare.std need one value per channel "
-                    f"(prepare.channels is {self.channels}; got {len(self.mean)} and "
-                    f"{len(self.std)})"]
+                len(self.mean) not in (1, self.channels)
+                or len(self.std) not in (1, self.channels)):
+            return [f"prepare.mean and prepare.std need one value per channel, or one for "
+                    f"every channel (prepare.channels is {self.channels}; got {len(self.mean)} "
+                    f"and {len(self.std)})"]
         if self.mean != AUTO and len(self.mean) != len(self.std):
             return ["prepare.mean and prepare.std need the same number of values"]
         if self.std != AUTO and any(s <= 0 for s in self.std):

@@ -72,6 +72,47 @@ class Task:
         its val_metric and points the other way overrides it (a class attribute will do)."""
         return self.val_higher_is_better
 
+    # ---- init: a project on one's own data (tools/init.py)
+
+    # {dotted params key: value} a project on its own data starts from, beyond the defaults
+    # (the model, epochs, augmentations...), besides data.source, split.by and the prepare
+    # settings fit_prepare chooses from the data. sample_params adds what the built-in sample
+    # needs on top of it.
+    recipe: dict = {}
+    # the dataset layouts read_annotations reads, in words: init's error for a folder it
+    # cannot read names them
+    layouts = "image files"
+    # [(params key, why)]: what to look at after a first run on one's own data (init prints it)
+    revisit: tuple = ()
+
+    def layout(self, found: Annotations) -> str:
+        """The layout read_annotations recognised, in words ("YOLO (names from data.yaml)")."""
+        return self.layouts
+
+    def data_summary(self, rows: list) -> str:
+        """What init says of the annotations of the usable rows ({path, **values}): by default
+        the classes label_counts finds."""
+        classes = sorted(self.label_counts(rows), key=str)
+        shown = ", ".join(map(str, classes[:8])) + (" ..." if len(classes) > 8 else "")
+        return f"{len(classes)} classes ({shown})"
+
+    def fit_prepare(self, images: list) -> list:
+        """[(dotted prepare key, value, why)]: prepare's settings for one's own data, from the
+        header facts [(split, width, height, grey)] of its images (upright sizes; split "" when
+        the data has none). Default, square inputs: image_size and channels as prepare's auto
+        chooses them (stages/lib/autoprep.py: sizes from train), mean/std auto (train's)."""
+        from stages.lib.autoprep import AUTO_SIZE_CAP, AUTO_SIZE_MIN, SIZE_MULTIPLE, auto_size
+
+        sides = sorted(min(w, h) for _, w, h, _ in train_of(images))
+        return [
+            ("prepare.image_size", auto_size(sides),
+             f"median shorter side {sides[(len(sides) - 1) // 2]} px, rounded to a multiple of "
+             f"{SIZE_MULTIPLE} within {AUTO_SIZE_MIN}-{AUTO_SIZE_CAP}"),
+            fit_channels(images),
+            ("prepare.mean", "auto", "per channel, the prepared train split's"),
+            ("prepare.std", "auto", "per channel, the prepared train split's"),
+        ]
+
     # ---- sample: the built-in dataset, byte-identical on every machine
 
     def sample(self, params_path):
@@ -269,3 +310,16 @@ class Task:
     def report_sections(self, facts) -> list:
         """[(id, title, html)] of the task's sections of the run report."""
         return []
+
+
+def train_of(images: list) -> list:
+    """The train images of fit_prepare's facts, or all of them when none is marked train."""
+    return [i for i in images if i[0] == "train"] or images
+
+
+def fit_channels(images: list) -> tuple:
+    """fit_prepare's channels: 3 when any image (split, width, height, grey) is colour."""
+    colour = sum(not grey for *_, grey in images)
+    return ("prepare.channels", 3 if colour else 1,
+            f"{colour} of {len(images)} images are colour" if colour
+            else f"all {len(images)} images are grey")

@@ -73,6 +73,14 @@ def read_annotations(source: Path, listing: list) -> Annotations:
     return out
 
 
+def layout(found: Annotations) -> str:
+    """What read_annotations read, in words (tools.init)."""
+    if LABELS in found.skip:
+        return f"{LABELS} (path,label)"
+    split = any(v.get("split") for v in found.values.values())
+    return "ImageFolder (" + ("<split>/" if split else "") + "<class>/<image>)"
+
+
 def write_subset_labels(source: Path, dest: Path, found: Annotations, chosen: set) -> None:
     """tools.smoke's subset: labels.csv cut down to the chosen images (the rest of its rows
     would be `missing`); folder layouts need no annotation file."""

@@ -6,6 +6,7 @@ from stages.tasks.detection import checks
 MIN_SCORE = 0.001  # detections below this never count (mAP is computed over the rest)
 SCORE_TOL = 0.01  # export parity: matched detections' scores may differ by this much
 CORNER_TOL = 0.01  # export parity: boxes whose corners agree within this many pixels match
+FIT_CAP = 320  # tools.init never fits a larger input (CPU-sized; set prepare.image_size above)
 
 
 class Detection(Task):
@@ -20,17 +21,33 @@ class Detection(Task):
     output_names = ("detections",)
     agreement_name = "detection_agreement"
     headline_metric = "map50"
-    # what the built-in sample needs besides `task: detection` (docs/detection.md, tests,
-    # acceptance run)
-    sample_params = {
-        "data.source": "data/sample", "prepare.image_size": 160, "prepare.channels": 3,
-        "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
-        "split.by": "given", "validate.near_dup_distance": -1,
+    # what a project on one's own data starts from (tools.init), and the built-in sample too
+    recipe = {
         "train.model": "centernet_small", "train.epochs": 100, "train.batch_size": 16,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.aug_hflip": 0.5,
         "train.aug_crop_scale": 0.6, "train.best_metric": "val_metric",
         "export.atol": 0.001, "export.rtol": 0.001,
     }
+    # what the built-in sample needs besides `task: detection` (docs/detection.md, tests,
+    # acceptance run)
+    sample_params = {
+        "data.source": "data/sample", "prepare.image_size": 160, "prepare.channels": 3,
+        "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
+        "split.by": "given", "validate.near_dup_distance": -1, **recipe,
+    }
+    layouts = ("YOLO (data.yaml with `names`, images/<split>/ and labels/<split>/*.txt) or COCO "
+               "(annotations/instances_<split>.json beside the images)")
+    revisit = (
+        ("train.epochs", "100 suits the 1,000-image sample; a larger set needs fewer epochs "
+                         "for the same steps"),
+        ("prepare.image_size", "small objects need more pixels: raise it (a multiple of 32) "
+                               "at the cost of speed"),
+        ("train.aug_hflip", "0.5: off when mirroring changes a class (text, arrows, left/right)"),
+        ("evaluate.score_threshold", "0.3: the score above which predict, serve and the "
+                                     "report count a detection"),
+        ("validate.require_labels", "false: an image without a label file is background; true "
+                                    "when every image should have boxes"),
+    )
 
     def __init__(self):
         self._found = {}
@@ -45,6 +62,27 @@ class Detection(Task):
         from stages.tasks.detection.annotations import read_annotations
 
         return read_annotations(source, listing)
+
+    def layout(self, found):
+        if "data.yaml" in found.skip:
+            return "YOLO (class names from data.yaml)"
+        return "COCO (annotations/instances_<split>.json)"
+
+    def fit_prepare(self, images):
+        """The letterbox scales an image's longer side to image_size: the median longer side,
+        rounded to a multiple of 32 (the detector's largest stride) within 64-FIT_CAP. RGB
+        always: torchvision's detectors take nothing else, and a grey image converts."""
+        from stages.tasks.base import train_of
+
+        sides = sorted(max(w, h) for _, w, h, _ in train_of(images))
+        median = sides[(len(sides) - 1) // 2]
+        size = min(FIT_CAP, max(64, 32 * round(median / 32)))
+        return [("prepare.image_size", size,
+                 f"median longer side {median} px (the letterbox scales it to image_size), "
+                 f"rounded to a multiple of 32 within 64-{FIT_CAP}"),
+                ("prepare.channels", 3, "RGB: every detector takes it (grey images convert)"),
+                ("prepare.mean", "auto", "per channel, the prepared train split's"),
+                ("prepare.std", "auto", "per channel, the prepared train split's")]
 
     def annotation_key(self, row):
         return row["boxes"]

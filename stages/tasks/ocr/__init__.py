@@ -3,6 +3,8 @@ x.png + x.txt pairs), a small CRNN trained with CTC, CER on the fixed test split
 from stages.tasks.base import Task
 from stages.tasks.ocr import annotations, checks
 
+FIT_HEIGHT = 32  # tools.init's line height for one's own data (the sample's)
+
 
 class OCR(Task):
     name = "ocr"
@@ -27,16 +29,32 @@ class OCR(Task):
         pad[..., 0] = 0.0
         return np.concatenate([outputs, pad], axis=1)
     headline_metric = "cer"
-    # The params the built-in sample needs besides `task: ocr` and `data.source`.
-    sample_params = {
-        "sample.lines": 2400,
-        "prepare.height": 32, "prepare.width": 192,
+    # what a project on one's own data starts from (tools.init), and the built-in sample too.
+    # near_dup_distance -1: a perceptual hash of a wide line says little of its text, so
+    # different lines would be grouped as lookalikes
+    recipe = {
         "train.model": "crnn", "train.epochs": 12, "train.batch_size": 32, "train.lr": 0.003,
         "train.warmup_epochs": 1, "train.grad_clip": 5.0,
         "train.aug_rotate": 1.5, "train.aug_stretch": 0.15, "train.aug_blur": 0.3,
         "train.aug_jitter": 0.1,
         "validate.near_dup_distance": -1,
     }
+    # The params the built-in sample needs besides `task: ocr` and `data.source`.
+    sample_params = {
+        "sample.lines": 2400,
+        "prepare.height": 32, "prepare.width": 192, **recipe,
+    }
+    layouts = ("rec_gt.txt (path<TAB>text per line), a *.jsonl list ({\"path\", \"text\"} "
+               "per line) or x.png beside x.txt")
+    revisit = (
+        ("validate.charset", "\"\" accepts any character: list yours, so a stray one stops "
+                             "the gate"),
+        ("prepare.width", "every line is padded (or squeezed) to it: the widest line sets it; "
+                          "prepare.width_buckets batches narrow lines narrower"),
+        ("train.epochs", "12 suits the 2,400 sample lines; fewer lines need more epochs"),
+        ("export.width_buckets", "widths predict and serve run lines at; [] = the trained "
+                                 "width only"),
+    )
 
     geometry = (32, 192)  # (prepare.height, prepare.width), set by configure()
 
@@ -44,6 +62,33 @@ class OCR(Task):
         prepare = params["prepare"]
         if prepare.height:
             self.geometry = (prepare.height, prepare.width)
+
+    def layout(self, found):
+        lists = sorted(found.skip - {r for r in found.skip if r.endswith(".txt")})
+        if annotations.LIST in found.skip:
+            return f"{annotations.LIST} line list (path<TAB>text)"
+        return f"JSONL line list ({lists[0]})" if lists else "image + .txt pairs"
+
+    def data_summary(self, rows):
+        texts = [r["text"] for r in rows]
+        chars = {c for t in texts for c in t}
+        return (f"{len(texts)} transcripts, {len(chars)} distinct characters, up to "
+                f"{max(map(len, texts), default=0)} per line")
+
+    def fit_prepare(self, images):
+        """Lines at FIT_HEIGHT, padded to the widest line's width there (every split's:
+        prepare fits them all), rounded up to a multiple of 32."""
+        from stages.tasks.base import fit_channels
+
+        widest = max(round(w * FIT_HEIGHT / h) for _, w, h, _ in images)
+        width = max(FIT_HEIGHT, 32 * -(-widest // 32))
+        return [("prepare.height", FIT_HEIGHT, "the CRNN's line height (a multiple of 8)"),
+                ("prepare.width", width,
+                 f"the widest line is {widest} px at height {FIT_HEIGHT}, rounded up to a "
+                 f"multiple of 32"),
+                fit_channels(images),
+                ("prepare.mean", "auto", "per channel, the prepared train split's"),
+                ("prepare.std", "auto", "per channel, the prepared train split's")]
 
     def sample(self, params_path):
         from stages.lib.params import load

@@ -17,17 +17,30 @@ class Segmentation(Task):
     val_metric = "miou"  # per validation image, averaged over the images
     agreement_name = "pixel_agreement"  # share of images with >= 99.9% of argmax pixels equal
     headline_metric = "miou_foreground"
-    # What the built-in sample needs besides `task: segmentation` and `data.source`.
-    sample_params = {
-        "sample.images": 600,
+    # what a project on one's own data starts from (tools.init), and the built-in sample too
+    recipe = {
         "validate.min_side": 8,
-        "prepare.image_size": 128, "prepare.channels": 3,
-        "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25],
         "train.model": "unet", "train.epochs": 8, "train.batch_size": 16, "train.lr": 0.003,
         "train.aug_hflip": 0.5,
         "evaluate.batch_size": 32, "evaluate.bad_cases": 8,
         "export.parity_batch": 16,
     }
+    # What the built-in sample needs besides `task: segmentation` and `data.source`.
+    sample_params = {
+        "sample.images": 600,
+        "prepare.image_size": 128, "prepare.channels": 3,
+        "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.25, 0.25, 0.25], **recipe,
+    }
+    layouts = ("images + masks (images/<name>.<ext> with masks/<name>.png of class indices, "
+               "optional classes.yaml; images/<split>/ and masks/<split>/ for a split of its "
+               "own) or nnU-Net 2D (dataset.json, imagesTr/CASE_0000.png, labelsTr/CASE.png)")
+    revisit = (
+        ("prepare.image_size", "masks are resized with the images: fine structures need more "
+                               "pixels than the fitted size (at most 128 unless set)"),
+        ("train.epochs", "8 suits the 600-image sample; fewer images need more epochs"),
+        ("train.aug_hflip", "0.5: off when left and right are different classes"),
+        ("validate.on_error", "fail stops on any bad mask; quarantine trains without them"),
+    )
 
     def sample(self, params_path):
         from stages.lib.params import load
@@ -37,6 +50,12 @@ class Segmentation(Task):
 
     def read_annotations(self, source, listing):
         return annotations.read_annotations(source, listing)
+
+    def layout(self, found):
+        if "dataset.json" in found.skip:
+            return "nnU-Net 2D (dataset.json, imagesTr/ + labelsTr/, imagesTs/ + labelsTs/)"
+        return "images + masks (" + ("classes from classes.yaml" if "classes.yaml" in found.skip
+                                     else "classes are the mask values") + ")"
 
     def annotation_key(self, row):
         return row["mask_sha256"]

@@ -1,0 +1,324 @@
+"""Start a project for a task and a dataset: `python -m tools.init --task ocr [--source DIR]`.
+
+Not a DVC stage: run it from the project root, then `dvc repro`. It reads the dataset with the
+task's own annotation readers (stages/tasks/<task>/annotations.py, as ingest does), says what it
+found, and rewrites params.yaml in place (comments kept, tools/params_text.py) with:
+
+- `task`, and `data.source` (the built-in sample, data/sample, when no --source is given);
+- the task's recipe (Task.recipe: model, epochs, augmentations...; the built-in sample's own
+  sample_params without --source);
+- `split.by: given` when every file has a split of its own (train, and val or test: a split the
+  data lacks is carved from train by the split stage), else `hash`;
+- prepare's settings fitted to the data (Task.fit_prepare: image size, channels, line height
+  and width; mean/std auto);
+- every other key a recipe of some task sets, back at its default, so no knob of the previous
+  task is left behind. Keys no recipe touches (workers, device, remotes...) stay as they are.
+
+One printed line per choice, then what to revisit for this task. It refuses to overwrite
+uncommitted changes to params.yaml unless --force, and never writes under the data's folder.
+"""
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from stages.tasks import available
+
+PARAMS = Path("params.yaml")
+# prepare's keys a recipe or fit may set; with the recipes' keys, every key init manages
+PREPARE_KEYS = ("prepare.image_size", "prepare.channels", "prepare.mean", "prepare.std",
+                "prepare.height", "prepare.width", "prepare.width_buckets", "prepare.letterbox")
+MAX_HEADERS = 2000  # headers read to fit prepare (evenly spread over the sorted files)
+SPLITS = ("train", "val", "test")
+# what another task's dataset looks like: (task, layout, test of the source folder)
+MARKERS = (
+    ("detection", "YOLO: data.yaml", lambda s: (s / "data.yaml").is_file()),
+    ("detection", "COCO: annotations/instances_*.json",
+     lambda s: any(s.glob("annotations/instances_*.json"))),
+    ("segmentation", "nnU-Net: dataset.json", lambda s: (s / "dataset.json").is_file()),
+    ("segmentation", "images/ + masks/", lambda s: (s / "masks").is_dir()
+     and (s / "images").is_dir()),
+    ("ocr", "a rec_gt.txt line list", lambda s: (s / "rec_gt.txt").is_file()),
+    ("classification", "labels.csv", lambda s: (s / "labels.csv").is_file()),
+)
+
+
+class InitError(click.ClickException):
+    """What init cannot do, and what to do instead; exit code 1."""
+
+
+def refuse_uncommitted(force: bool) -> None:
+    """Stop unless params.yaml is committed as it is (or --force)."""
+    import subprocess
+
+    proc = subprocess.run(["git", "status", "--porcelain", "--", str(PARAMS)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        why = "is not in a git repository, so init cannot tell your changes from the committed file"
+    elif proc.stdout.strip():
+        why = "has changes that are not committed (git diff params.yaml)"
+    else:
+        return
+    if force:
+        click.echo(f"init: params.yaml {why}; --force: overwriting them")
+        return
+    raise InitError(f"params.yaml {why}. Commit them first (git commit params.yaml), or run "
+                    f"init again with --force to overwrite them.")
+
+
+def looks_like(source: Path, task) -> tuple | None:
+    """(task, layout) of another task's dataset that source looks like, when it carries none of
+    this task's marks."""
+    marks = [(name, layout) for name, layout, test in MARKERS if test(source)]
+    if any(name == task.name for name, _ in marks):
+        return None
+    return marks[0] if marks else None
+
+
+def headers(source: Path, rows: list) -> tuple[list, list]:
+    """([(split, width, height, grey)] of up to MAX_HEADERS rows' images, evenly spread), and
+    the paths among them that are not images Pillow can open."""
+    from stages.lib.autoprep import grey_header
+    from stages.lib.images import open_header, upright_size
+
+    step = max(1, -(-len(rows) // MAX_HEADERS))
+    facts, bad = [], []
+    for r in rows[::step]:
+        try:
+            with open_header(source / r["path"]) as img:
+                facts.append((r.get("split") or "", *upright_size(img), grey_header(img)))
+        except Exception:  # noqa: BLE001 (Pillow raises many kinds on what is not an image)
+            bad.append(r["path"])
+    return facts, bad
+
+
+def sniff(task, source: Path):
+    """(what was found in words, usable rows, header facts, notes) of the source, read as
+    ingest reads it; an error naming the layouts expected when it holds none of them."""
+    from stages.ingest import walk
+    from stages.lib.io import StageError
+
+    other = looks_like(source, task)
+    hint = (f" It looks like a {other[0]} dataset ({other[1]}): run init with --task {other[0]}."
+            if other else "")
+    if other:
+        raise InitError(f"{source} is not a {task.name} dataset init can read: expected "
+                        f"{task.layouts}.{hint}")
+    try:
+        found = task.read_annotations(source, walk(source))
+    except StageError as exc:
+        raise InitError(exc.message + hint) from None
+    rows = [{"path": rel, **v} for rel, v in sorted(found.values.items())
+            if rel not in found.errors]
+    facts, not_images = headers(source, rows)
+    if not facts:
+        raise InitError(f"{source}: no {task.name} images init can read in it: expected "
+                        f"{task.layouts}.{hint}")
+    notes = []
+    if found.errors:
+        kinds = Counter(kind for kind, _ in found.errors.values())
+        path, (_, message) = sorted(found.errors.items())[0]
+        notes.append(f"{len(found.errors)} entries the data gate (validate) will stop on ("
+                     + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+                     + f"), e.g. {path}: {message}. Fix them, or set validate.on_error: "
+                       f"quarantine to train without them.")
+    if not_images:
+        notes.append(f"{len(not_images)} of the {len(facts) + len(not_images)} files read are "
+                     f"not images (e.g. {not_images[0]}): ingest lists them with an error.")
+    summary = (f"{task.layout(found)}: {task.data_summary(rows)}, {len(rows)} files"
+               + split_words(rows))
+    return summary, rows, facts, notes
+
+
+def split_words(rows: list) -> str:
+    own = {r.get("split") or "" for r in rows}
+    named = [s for s in SPLITS if s in own]
+    if not named:
+        return ", no split of its own"
+    missing = [s for s in SPLITS if s not in own]
+    return (f", its own {'/'.join(named)} split" + (f" (no {' or '.join(missing)})" if missing
+                                                     else "")
+            + (" for some files only" if "" in own else ""))
+
+
+def split_choice(rows: list, p) -> tuple:
+    """("split.by", mode, why) from the files' own splits."""
+    own = Counter(r.get("split") or "" for r in rows)
+    if "train" not in own or own[""]:
+        why = ("the data has no split of its own" if set(own) == {""} else
+               f"{own['']} files have no split of their own (given needs one for each)"
+               if own[""] else "the data's own split has no train")
+        return ("split.by", "hash", f"{why}: a file's split is a function of its content "
+                                    f"hash and split.seed, stable as the data grows")
+    missing = [s for s in ("val", "test") if s not in own]
+    carve = " and ".join(f"split.{s} ({getattr(p, s)}) of train as {s}" for s in missing)
+    return ("split.by", "given",
+            "the data's own split, kept" + (f"; the split stage carves {carve} (hash rule, "
+                                            f"split.seed {p.seed}: seeded, stable, groups and "
+                                            f"near-duplicates kept whole)" if missing else ""))
+
+
+def source_value(source: Path) -> tuple[str, bool]:
+    """(data.source as params.yaml holds it, whether it is inside the project)."""
+    try:
+        return source.resolve().relative_to(Path.cwd().resolve()).as_posix(), True
+    except ValueError:
+        return str(source.resolve()), False
+
+
+def tracked(rel: str) -> bool:
+    """Is the project-relative path versioned: by git, a .dvc file (its own or a parent
+    folder's), or as an out of a dvc.yaml stage (data/sample)?"""
+    import subprocess
+
+    import yaml
+
+    listed = subprocess.run(["git", "ls-files", "--", rel], capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout.strip():
+        return True
+    path = Path(rel)
+    if any(Path(f"{p}.dvc").is_file() for p in (path, *path.parents) if p != Path(".")):
+        return True
+    stages = (yaml.safe_load(Path("dvc.yaml").read_text()) or {}).get("stages", {})
+    outs = {next(iter(o)) if isinstance(o, dict) else o
+            for s in stages.values() for o in s.get("outs", [])}
+    return any(path == Path(o) or Path(o) in path.parents for o in outs)
+
+
+def defaults() -> dict:
+    """{dotted key: default} of every params key (stages/lib/params.py's declarations)."""
+    import dataclasses
+
+    from stages.lib.params import SECTIONS
+
+    return {f"{name}.{f.name}": getattr(cls(), f.name)
+            for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+
+
+def managed_keys() -> set:
+    """Every key init sets or resets: those of any task's recipe or sample, prepare's shape."""
+    from stages.tasks import get
+
+    keys = {"data.source", "split.by", *PREPARE_KEYS}
+    for name in available():
+        task = get(name)
+        # task_keys (where a task declares them): keys only some tasks read, which another
+        # task must not inherit either
+        keys |= set(task.recipe) | set(task.sample_params) | set(getattr(task, "task_keys", ()))
+    return keys
+
+
+def plan(raw: dict, choices: list) -> tuple[dict, list]:
+    """({dotted key: value} to write, [printed line]) from the choices [(key, value, why)]
+    plus every other managed key back at its default."""
+    from tools.params_text import flat, render
+
+    now = flat(raw)
+    values, lines = {}, []
+    for key, value, why in choices:
+        values[key] = value
+        was = f"; was {render(now[key])}" if key in now and now[key] != value else ""
+        lines.append(f"  {key}: {render(value)}  ({why}{was})")
+    default = defaults()
+    for key in sorted(managed_keys() - set(values)):
+        if now.get(key, default[key]) != default[key]:
+            values[key] = default[key]
+            lines.append(f"  {key}: {render(default[key])}  (the default; was "
+                         f"{render(now[key])})")
+    return values, lines
+
+
+def write_params(values: dict) -> None:
+    """params.yaml with values set, comments kept; checked by the params loader first."""
+    import yaml
+
+    from stages.lib.io import write_bytes
+    from stages.lib.params import parse_all
+    from tools.params_text import edit
+
+    try:
+        text = edit(PARAMS.read_text(), values)
+    except ValueError as exc:  # a layout params_text cannot edit (block-style lists...)
+        raise InitError(f"{exc}. Restore the committed layout (git checkout params.yaml) or set "
+                        f"these keys by hand.") from None
+    parse_all(yaml.safe_load(text), PARAMS)  # a value the stages would refuse: refused here
+    write_bytes(PARAMS, text.encode())
+
+
+def sample_choices(task) -> list:
+    name = task.name
+    return [("data.source", "data/sample", f"the built-in {name} sample: the sample stage "
+                                           f"writes it"),
+            *((k, v, f"the {name} sample's recipe") for k, v in task.sample_params.items()
+              if k != "data.source")]
+
+
+def own_choices(task, source: Path, raw: dict) -> list:
+    from stages.lib.params import Split, parse
+
+    summary, rows, facts, notes = sniff(task, source)
+    click.echo(f"found: {summary}")
+    for note in notes:
+        click.echo(f"note: {note}")
+    rel, _ = source_value(source)
+    return [("data.source", rel, "your data"),
+            split_choice(rows, parse(Split, "split", raw.get("split"), PARAMS)),
+            *((k, v, f"the {task.name} recipe") for k, v in task.recipe.items()),
+            *((k, v, f"fitted: {why}") for k, v, why in task.fit_prepare(facts))]
+
+
+@click.command()
+@click.option("--task", "task_name", required=True, type=click.Choice(available()),
+              help="The task of the project: a package under stages/tasks/.")
+@click.option("--source", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None,
+              help="Your dataset's folder, in one of the task's layouts (ImageFolder or "
+                   "labels.csv; YOLO or COCO; images + masks or nnU-Net; an OCR line list or "
+                   "image + .txt pairs). It is only read. Default: the task's built-in sample "
+                   "(data/sample, written by `dvc repro`'s sample stage).")
+@click.option("--force", is_flag=True,
+              help="Overwrite params.yaml even when it has uncommitted changes (or is not in "
+                   "a git repository).")
+def main(task_name, source, force):
+    """Set params.yaml up for a task and a dataset, then say what it chose and why.
+
+    Run from the project root, then `dvc repro`. It reads the dataset's layout with the task's
+    own readers and writes `task`, `data.source`, the task's recipe, `split.by` (given when the
+    data has its own split; a missing val or test split is carved from train) and prepare's
+    settings fitted to the data, keeping params.yaml's comments. It never modifies the data.
+    """
+    import yaml
+
+    from stages.tasks import get
+
+    if not (PARAMS.is_file() and Path("dvc.yaml").is_file()):
+        raise InitError("params.yaml and dvc.yaml not found: run init from the project root.")
+    refuse_uncommitted(force)
+    task = get(task_name)
+    raw = yaml.safe_load(PARAMS.read_text()) or {}
+    if source is None:
+        click.echo(f"init: task {task.name} on its built-in sample")
+        choices = sample_choices(task)
+    else:
+        click.echo(f"init: task {task.name} on {source}")
+        choices = own_choices(task, source, raw)
+    values, lines = plan(raw, [("task", task.name, f"stages/tasks/{task.name}/"), *choices])
+    write_params(values)
+    click.echo("params.yaml:\n" + "\n".join(lines))
+    if source is not None:
+        click.echo(f"revisit for {task.name} after the first run:")
+        for key, why in task.revisit:
+            click.echo(f"  {key}: {why}")
+        rel, inside = source_value(source)
+        if not inside:
+            click.echo(f"version it: {rel} is outside the project, so DVC sees it only as a "
+                       f"path; copy it under data/ and `dvc add` it there to version it.")
+        elif not tracked(rel):
+            ignore = (Path(rel).parent / ".gitignore").as_posix()
+            click.echo(f"version it: dvc add {rel} && git add {rel}.dvc {ignore} && git commit "
+                       f"-m \"data: {Path(rel).name}\"")
+    click.echo("next: dvc repro  (or python -m tools.smoke first: a few images, 1 epoch)")
+
+
+if __name__ == "__main__":
+    main()
