@@ -38,6 +38,14 @@ def project(tmp_path):
     return copy_project(ROOT, tmp_path / "project")
 
 
+def measured(project) -> dict:
+    """export's run record (logs/export.json) metrics: the raw parity figures, which differ per
+    CPU and so stay out of metrics/export.json."""
+    import json
+
+    return json.loads((Path(project) / "logs/export.json").read_text())["metrics"]
+
+
 def run_module(module, *args, cwd=None):
     """Run `python -m <module>` with this checkout first on the path; the CompletedProcess."""
     import subprocess

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.conftest import TINY_RUN, copy_run
+from tests.conftest import TINY_RUN, copy_run, measured
 from tools.project import STAGES_BEFORE_TRAIN, dvc, git, lock_hashes, set_params
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +33,8 @@ def test_outputs_and_metrics(repo):
     ev = json.loads((repo / "metrics/eval.json").read_text())
     ex = json.loads((repo / "metrics/export.json").read_text())
     assert ev["samples"] == tests and 0 < ev["accuracy"] <= 1
-    assert ex["samples"] == tests and ex["max_abs_diff"] <= ex["atol"]
+    assert ex["samples"] == tests and ex["parity"] == "passed"
+    assert measured(repo)["max_abs_diff"] <= ex["atol"]
     assert (repo / "models/model.onnx").stat().st_size > 1000
     history = (repo / "plots/train/plots/metrics/val/acc.tsv").read_text().splitlines()
     assert history[0] == "step\tacc"  # no timestamps
