@@ -92,11 +92,43 @@ def calibration_indices(n: int, samples: int, seed: int):
     return np.sort(rng.choice(n, size=samples, replace=False))
 
 
+RANGE_BITS = 11  # significant bits kept of each calibrated bound, rounded outward
+
+
+def outward(value: float, up: bool) -> float:
+    """value rounded away from the inside of its range to RANGE_BITS significant bits."""
+    import math
+
+    if value == 0 or not math.isfinite(value):
+        return float(value)
+    grid = 2.0 ** (math.frexp(value)[1] - RANGE_BITS)
+    return (math.ceil(value / grid) if up else math.floor(value / grid)) * grid
+
+
+def portable_ranges(model_path, batches, augmented) -> dict:
+    """MinMax ranges of every tensor onnxruntime calibrates, as TensorQuantOverrides, each bound
+    rounded outward to RANGE_BITS significant bits. onnxruntime's float kernels differ per CPU
+    (AVX2 against AVX-512 blocking) in the last bits of an activation's extremes; rounding keeps
+    those bits out of the scales, so the int8 file is the same on every CPU unless a bound lies
+    within a few ulps of a grid line (about 1 in 2,000 per bound)."""
+    import numpy as np
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+
+    calibrator = create_calibrator(model_path, None, augmented_model_path=str(augmented),
+                                   calibrate_method=CalibrationMethod.MinMax)
+    calibrator.collect_data(batches)
+    data = calibrator.compute_data().data
+    return {name: [{"rmin": np.float32(outward(float(np.ravel(r.range_value[0])[0]), False)),
+                    "rmax": np.float32(outward(float(np.ravel(r.range_value[1])[0]), True))}]
+            for name, r in sorted(data.items())}
+
+
 def int8_bytes(onnx_blob: bytes, calibration, batch_size: int = 64) -> bytes:
     """onnxruntime static QDQ quantization of the ONNX model, calibrated (MinMax) on
     `calibration`, float32 NxCxHxW. The same model and inputs give the same bytes: MinMax keeps
-    exact extremes, and onnxruntime's CPU kernels do not split one output's sum across threads
-    (checked: the same bytes on 1 and on all cores).
+    exact extremes, onnxruntime's CPU kernels do not split one output's sum across threads
+    (checked: the same bytes on 1 and on all cores), and the ranges are rounded outward
+    (portable_ranges) so another CPU's last bits do not reach the scales.
 
     Weights use 7 of their 8 bits (reduce_range): onnxruntime's AVX2 kernels multiply u8
     activations by s8 weights with VPMADDUBSW, whose int16 pair sums saturate at full range, so
@@ -121,9 +153,11 @@ def int8_bytes(onnx_blob: bytes, calibration, batch_size: int = 64) -> bytes:
         src, pre, out = (str(Path(tmp) / n) for n in ("model.onnx", "pre.onnx", "int8.onnx"))
         Path(src).write_bytes(onnx_blob)
         quant_pre_process(src, pre)  # shape inference and graph fusions before quantizing
+        ranges = portable_ranges(pre, Batches(), Path(tmp) / "augmented.onnx")
         quantize_static(pre, out, Batches(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        reduce_range=True, calibrate_method=CalibrationMethod.MinMax)
+                        reduce_range=True, calibrate_method=CalibrationMethod.MinMax,
+                        extra_options={"TensorQuantOverrides": ranges})
         proto = onnx.load(out)
     proto.metadata_props.add(key="quantization", value=json.dumps(
         {"format": "QDQ", "weights": "int8 per channel, 7-bit range", "activations": "uint8",
