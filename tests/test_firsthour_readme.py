@@ -65,6 +65,9 @@ SKIP = {
         "run each task's pipeline on a tiny sample",
     r"^cd /tmp/(det|seg|ocr) &&":
         "runs the full-size project the skipped copy_project command makes",
+    r"^python -m tools\.init --task (detection|segmentation|ocr)":
+        "switches the workspace to another task's full-size sample (minutes of training); "
+        "tests/test_init_e2e.py runs init and dvc repro per task on tiny data",
     r"^python -m pytest":
         "the test suite itself (this test included); .ci/run runs it whole",
     r"^git clone <repo>|^python -m venv \.venv|^dvc pull data/processed":
