@@ -497,7 +497,7 @@ def main(params_path):
 
     from stages.lib import checkpoint as ck
     from stages.lib import hooks
-    from stages.lib.images import load_processed
+    from stages.lib.shards import load_split
     from stages.lib.models import save_model
     from stages.lib.provenance import run_record, write_run_record
     from stages.tasks import code_files, current
@@ -518,8 +518,8 @@ def main(params_path):
     writer = rank == 0
 
     # views over the memory-mapped shards: a batch is read and normalised when it is drawn
-    x_train, y_train, meta = load_processed("train", torch=True)
-    x_val, y_val, _ = load_processed("val", torch=True)
+    x_train, y_train, meta = load_split("train", torch=True)
+    x_val, y_val, _ = load_split("val", torch=True)
     data = (x_train, y_train, x_val, y_val)
     if hooks.value("POISON"):
         x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))

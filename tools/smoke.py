@@ -3,13 +3,13 @@ copy.
 
 Proves data loading, forward/backward, loss, model save/load, evaluation and ONNX export all
 work with your data and your params before anyone spends hours on a full run. The subset is
-drawn from the configured `data.source` (stages/lib/subset.py: --per-class files of each class,
-or files for tasks without classes, chosen by a hash of --seed and the path); every param is
-yours except data.source, train.epochs and, so that the subset can pass, validate.min_per_class
-(with --sample too).
+drawn from the configured `data.source` (write_subset with stages/lib/subset.py: --per-class
+files of each class, or files for tasks without classes, chosen by a hash of --seed and the
+path); every param is yours except data.source, train.epochs and, so that the subset can
+pass, validate.min_per_class (with --sample too).
 `--sample` (or a data.source that is the built-in sample) uses the built-in data instead, with
-validate.classes emptied (the sample's classes are not yours). Your
-workspace is not touched; the stages' progress is printed as they start.
+validate.classes emptied (the sample's classes are not yours). Your workspace is not touched;
+the stages' progress is printed as they start.
 """
 import shutil
 import sys
@@ -21,6 +21,24 @@ import click
 
 SAMPLE_SOURCE = "data/sample"  # the `sample` stage's out
 SUBSET_DIR = "data/smoke"  # in the temp copy
+
+
+def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> int:
+    """Copy the seeded subset of source (stages/lib/subset.py) into dest, at the same relative
+    paths, with the task's annotation files cut to it; the number of images."""
+    from stages.ingest import walk
+    from stages.lib.subset import choose
+
+    source, dest = Path(source), Path(dest)
+    listing = walk(source)
+    annotations = task.read_annotations(source, listing)
+    chosen = choose(task, annotations, listing, per_group, seed)
+    for rel in chosen:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / rel, dest / rel)
+    dest.mkdir(parents=True, exist_ok=True)
+    task.subset_annotations(source, dest, annotations, set(chosen))
+    return len(chosen)
 
 
 @click.command()
@@ -35,7 +53,6 @@ def main(per_class, epochs, seed, use_sample, keep):
     """Run `dvc repro` on a small subset of data.source in a temp copy and check its outputs."""
     from stages.lib.io import StageError, read_json
     from stages.lib.params import load_all
-    from stages.lib.subset import write_subset
     from stages.tasks import current
     from tools.project import copy_project, dvc
 

@@ -45,6 +45,18 @@ def current(params_path="params.yaml"):
     return get(task_name(params_path))
 
 
+def load_model(path):
+    """(model in eval mode, meta) of a model.pt (stages/lib/models.py save_model), rebuilt by
+    the task it names (classification when it names none: files from before tasks)."""
+    from stages.lib.models import read_model
+    from stages.lib.params import DEFAULT_TASK
+
+    state, meta = read_model(path)
+    model = get(meta.get("task", DEFAULT_TASK)).build_model(meta["model"], meta)
+    model.load_state_dict(state)
+    return model.eval(), meta
+
+
 def code_files(task) -> list[Path]:
     """The task's source files plus the protocol's: what a change to the task's code touches."""
     folder = HERE / task.name

@@ -14,7 +14,7 @@ The order of the sections follows the pipeline.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BLOCKING, WARNING, DATASET = "blocking", "warning", "dataset"
+from stages.lib.checks import BLOCKING, DATASET, WARNING  # noqa: F401 (the tasks' import)
 
 
 @dataclass
