@@ -30,16 +30,17 @@ def main(params_path):
     `evaluate.{batch_size,bad_cases,calibration_bins,compare_with}` from the params file;
     with compare_with, that model's metrics on the same test set go beside them.
     """
+    from stages.tasks import current, load_model
+
+    task = current(params_path)  # first: params that do not fit the task stop here
     p = load("evaluate", params_path)
     from stages.lib.models import no_weights, predict_bucketed, predict_logits
     from stages.lib.provenance import run_record, write_run_record
     from stages.lib.shards import View, images_view, load_split, load_widths
-    from stages.tasks import current, load_model
 
     from stages.lib.cores import stage_threads
 
     stage_threads()  # its share of the cores under `dvc queue start -j N`; alone: unchanged
-    task = current(params_path)
     model, meta = load_model(MODEL)
     x, y, _ = load_split("test")
     paths = [r["path"] for r in read_csv(TEST_SPLIT)]

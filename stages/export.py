@@ -431,17 +431,18 @@ def main(params_path):
     written, holding only DISABLED.txt when its format is off, so DVC's outs stay the same and
     DVC has no empty folder to warn about.
     """
+    from stages.tasks import current, load_model
+
+    task = current(params_path)  # first: params that do not fit the task stop here
     p = load("export", params_path)
     from stages.lib.formats import FOLDERS
-    from stages.lib.shards import load_split
     from stages.lib.models import predict_logits
     from stages.lib.provenance import run_record, write_run_record
-    from stages.tasks import current, load_model
+    from stages.lib.shards import load_split
 
     from stages.lib.cores import stage_threads
 
     threads = stage_threads()  # its share under `dvc queue start -j N`; alone: 0, unchanged
-    task = current(params_path)
 
     model, meta = load_model(MODEL)
     x_test, _, _ = load_split("test")

@@ -487,6 +487,9 @@ def main(params_path):
     With train.nproc > 1 it re-runs itself under torchrun. The run record goes to
     logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
     """
+    from stages.tasks import code_files, current
+
+    task = current(params_path)  # first: params that do not fit the task stop here
     p = load("train", params_path)
     if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(p, params_path)
@@ -500,9 +503,7 @@ def main(params_path):
     from stages.lib.shards import load_split
     from stages.lib.models import save_model
     from stages.lib.provenance import run_record, write_run_record
-    from stages.tasks import code_files, current
 
-    task = current(params_path)
     set_deterministic(p.deterministic)
     cores = set_threads(p)
     p = dataclasses.replace(p, num_workers=cores["num_workers"])

@@ -218,9 +218,9 @@ def main(params_path):
     """
     from stages.tasks import current
 
+    task = current(params_path)  # first: params that do not fit the task stop here
     params = load_all(params_path)
     p = params["validate"]
-    task = current(params_path)
     task.configure(params)
     rows = read_csv(MANIFEST)
     result = check_all(rows, p, task)

@@ -57,6 +57,7 @@ def main(per_class, epochs, seed, use_sample, keep):
     from tools.project import copy_project, dvc
 
     start = time.monotonic()
+    task = current()  # your params must fit your task before anything is copied
     params = load_all()
     source = params["data"].source
     use_sample = use_sample or Path(source) == Path(SAMPLE_SOURCE)
@@ -68,8 +69,9 @@ def main(per_class, epochs, seed, use_sample, keep):
                  "validate.min_per_class": min(params["validate"].min_per_class, per_class)}
     if use_sample:
         # the built-in sample has its own classes: your validate.classes would reject them
-        overrides.update({"data.source": SAMPLE_SOURCE, "sample.per_class": per_class,
-                          "validate.classes": []})
+        overrides.update({"data.source": SAMPLE_SOURCE, "validate.classes": []})
+        if "sample.per_class" in task.task_keys:  # another task's sample has no classes
+            overrides["sample.per_class"] = per_class
     else:
         overrides["data.source"] = SUBSET_DIR
     tmp = Path(tempfile.mkdtemp(prefix="pipeline-smoke-"))
@@ -78,7 +80,7 @@ def main(per_class, epochs, seed, use_sample, keep):
         if use_sample:
             click.echo(f"smoke: the built-in sample, {per_class} per class, {epochs} epoch(s)")
         else:
-            n = write_subset(current(), Path(source), tmp / SUBSET_DIR, per_class, seed)
+            n = write_subset(task, Path(source), tmp / SUBSET_DIR, per_class, seed)
             click.echo(f"smoke: {n} files of {source} ({per_class} per class, seed {seed}), "
                        f"{epochs} epoch(s), your params otherwise")
         from tools.project import git
@@ -96,7 +98,6 @@ def main(per_class, epochs, seed, use_sample, keep):
             if not (tmp / out).is_file():
                 raise StageError(f"smoke: the pipeline finished but {out} is missing.")
         ev, ex = read_json(tmp / "metrics/eval.json"), read_json(tmp / "metrics/export.json")
-        task = current()
         score = (f", {task.headline_metric} {ev[task.headline_metric]:.3f} (untrained-ish, "
                  f"not a quality check)" if task.headline_metric in ev else "")
         click.echo(f"smoke: OK in {time.monotonic() - start:.1f}s: {ev.get('samples', '?')} "
