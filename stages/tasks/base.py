@@ -74,7 +74,7 @@ class Task:
 
     # ---- params: checked before any stage works (stages.tasks.current)
 
-    # train.model names the task builds, its default first
+    # train.model names the task builds, its default first; () = not declared (not checked)
     models: tuple = ()
     # dotted params keys that only some tasks read, each task listing those it reads. Set away
     # from its default under a task that does not list it, such a key is a leftover of
@@ -117,7 +117,7 @@ class Task:
     def model_problem(self, name: str, others: list) -> str:
         """Why train.model does not fit ("" when it does): a name outside `models`, said to be
         another task's when it is."""
-        if name in self.models:
+        if not self.models or name in self.models:
             return ""
         owner = next((t.name for t in others if name in t.models), "")
         what = (f"{'an' if owner[0] in 'aeiou' else 'a'} {owner} model" if owner
