@@ -60,7 +60,7 @@ def runners(project: Path, threads: int, device: str) -> dict:
     import torch
 
     from stages.lib import formats
-    from stages.lib.models import load_model
+    from stages.tasks import load_model
 
     torch.set_num_threads(threads)
     model, _ = load_model(project / "models/model.pt")
@@ -116,9 +116,9 @@ def main(project, threads, images, device):
     with tempfile.TemporaryDirectory() as tmp:
         project = (project or build_project(Path(tmp) / "project", device)).resolve()
         os.chdir(project)  # data/processed is read relative to the project
-        from stages.lib.images import load_processed
+        from stages.lib.shards import load_split
 
-        x_test, _, _ = load_processed("test")
+        x_test, _, _ = load_split("test")
         x = np.ascontiguousarray(x_test[np.arange(images) % len(x_test)], dtype=np.float32)
         rows = runners(project, threads, device)
         name, values = metric_of(project)

@@ -46,7 +46,7 @@ def main(epochs, start_epochs, threads):
     import torch
 
     from stages import train as T
-    from stages.lib.images import load_processed
+    from stages.lib.shards import load_split
     from stages.lib.models import save_model
     from stages.lib.params import load
     from stages.tasks import get
@@ -60,7 +60,7 @@ def main(epochs, start_epochs, threads):
         here = os.getcwd()
         os.chdir(project)
         try:
-            splits = [load_processed(s, torch=True) for s in ("train", "val", "test")]
+            splits = [load_split(s, torch=True) for s in ("train", "val", "test")]
             meta = splits[0][2]
             (xtr, ytr), (xva, yva), (xte, yte) = ((x[0:len(x)], y[0:len(y)])
                                                   for x, y, _ in splits)

@@ -35,7 +35,7 @@ def main(project, buckets, width, rounds, threads):
 
     from stages.export import onnx_bytes
     from stages.lib.io import read_csv
-    from stages.lib.models import load_model
+    from stages.tasks import load_model
     from stages.tasks.ocr import TASK
     from stages.tasks.ocr.ctc import beam
     from stages.tasks.ocr.metrics import scores

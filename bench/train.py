@@ -87,18 +87,18 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
     meta = {"classes": [str(i) for i in range(10)], "channels": c}
     data = (x, y, x[:64], y[:64])
     if processed:  # prepare's own shards; the bare loop gets the train split in memory
-        from stages.lib.images import load_processed
+        from stages.lib.shards import load_split
 
-        x_train, y_train, meta = load_processed("train", processed, torch=True)
-        x_val, y_val, _ = load_processed("val", processed, torch=True)
+        x_train, y_train, meta = load_split("train", processed, torch=True)
+        x_val, y_val, _ = load_split("val", processed, torch=True)
         x, y = x_train[:], y_train[:]
         samples, c = len(x), meta["channels"]
         data = (x_train, y_train, x_val, y_val)
     elif shards:  # the same samples as uint8 shards; the bare loop gets them normalised in memory
         import tempfile
 
-        from stages.lib.images import load_processed, normalize
-        from stages.lib.shards import write_processed
+        from stages.lib.images import normalize
+        from stages.lib.shards import load_split, write_processed
 
         pixels = torch.randint(0, 256, (samples, size, size, c), generator=g,
                                dtype=torch.uint8).numpy()
@@ -106,8 +106,8 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
         write_processed(tmp, {"train": (pixels, y.numpy()), "val": (pixels[:64], y[:64].numpy())},
                         {**meta, "mean": [0.5] * c, "std": [0.5] * c})
         x = torch.from_numpy(normalize(pixels, [0.5] * c, [0.5] * c))
-        x_train, y_train, _ = load_processed("train", tmp, torch=True)
-        x_val, y_val, _ = load_processed("val", tmp, torch=True)
+        x_train, y_train, _ = load_split("train", tmp, torch=True)
+        x_val, y_val, _ = load_split("val", tmp, torch=True)
         data = (x_train, y_train, x_val, y_val)
     set_deterministic(p.deterministic)
     run = setup(p, meta, current(params_path))

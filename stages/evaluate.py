@@ -30,23 +30,23 @@ def main(params_path):
     `evaluate.{batch_size,bad_cases,calibration_bins,compare_with}` from the params file;
     with compare_with, that model's metrics on the same test set go beside them.
     """
+    from stages.tasks import current, load_model
+
+    task = current(params_path)  # first: params that do not fit the task stop here
     p = load("evaluate", params_path)
     from stages.lib.kernels import use
 
     trained = load("train", params_path)  # the model's kernel profile and thread count
     kernels = use(trained.kernels, trained.threads, click.echo)  # before torch loads
-    from stages.lib.images import load_processed
-    from stages.lib.models import load_model, no_weights, predict_bucketed, predict_logits
+    from stages.lib.models import no_weights, predict_bucketed, predict_logits
     from stages.lib.provenance import run_record, write_run_record
-    from stages.lib.shards import View, images_view, load_widths
-    from stages.tasks import current
+    from stages.lib.shards import View, images_view, load_split, load_widths
 
     from stages.lib.cores import stage_threads
 
     stage_threads(not kernels["threads_fixed"])  # a queue's share, unless train.threads
-    task = current(params_path)
     model, meta = load_model(MODEL)
-    x, y, _ = load_processed("test")
+    x, y, _ = load_split("test")
     paths = [r["path"] for r in read_csv(TEST_SPLIT)]
     if len(paths) != len(y) or not len(y):
         raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "

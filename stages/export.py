@@ -340,12 +340,11 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
     within export.atol/rtol at batch 1 and export.parity_batch; int8 and TensorRT (FP16) move
     outputs by design, so their output differences are recorded, not gated."""
     from stages.lib import formats
-    from stages.lib.images import load_processed
     from stages.lib.models import predict_logits
-    from stages.lib.shards import images_view
+    from stages.lib.shards import images_view, load_split
 
     evaluate_p = load("evaluate", params_path)
-    _, y, _ = load_processed("test")
+    _, y, _ = load_split("test")
     y, images, name = y[:], images_view("test"), task.headline_metric
     higher = task.headline_higher_is_better
 
@@ -385,7 +384,7 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
         source = formats.shifted_onnx(blob, shift) if shift else blob
         calibration = None
         if fmt == "onnx_int8":
-            train_x, _, _ = load_processed("train")
+            train_x, _, _ = load_split("train")
             seed = load("train", params_path).seed
             calibration = train_x[formats.calibration_indices(len(train_x),
                                                               p.calibration_samples, seed)]
@@ -444,26 +443,27 @@ def main(params_path):
     written, holding only DISABLED.txt when its format is off, so DVC's outs stay the same and
     DVC has no empty folder to warn about.
     """
+    from stages.tasks import current, load_model
+
+    task = current(params_path)  # first: params that do not fit the task stop here
     p = load("export", params_path)
     from stages.lib.kernels import use
 
     trained = load("train", params_path)  # the model's kernel profile and thread count
     kernels = use(trained.kernels, trained.threads, click.echo)  # before torch loads
     from stages.lib.formats import FOLDERS
-    from stages.lib.images import load_processed
-    from stages.lib.models import load_model, predict_logits
+    from stages.lib.models import predict_logits
     from stages.lib.provenance import run_record, write_run_record
-    from stages.tasks import current
+    from stages.lib.shards import load_split
 
     from stages.lib.cores import stage_threads
 
     # onnxruntime's share under `dvc queue start -j N` (and torch's, unless train.threads fixes
     # it); alone: 0, unchanged
     threads = stage_threads(not kernels["threads_fixed"])
-    task = current(params_path)
 
     model, meta = load_model(MODEL)
-    x_test, _, _ = load_processed("test")
+    x_test, _, _ = load_split("test")
     test_paths = [r["path"] for r in read_csv(TEST_SPLIT)]
     if len(test_paths) != len(x_test) or not len(x_test):
         raise StageError(f"{TEST_SPLIT} lists {len(test_paths)} images but data/processed "

@@ -407,13 +407,13 @@ def main(params_path, no_cache):
     """
     from stages.tasks import current
 
+    task = current(params_path)  # first: params that do not fit the task stop here
     source = Path(load("data", params_path).source)
     if not source.is_dir():
         raise StageError(
             f"data.source: {source} is not a folder. Point data.source in params.yaml at your "
             f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
-    task = current(params_path)
     max_pixels = load("validate", params_path).max_pixels
     cache = None if no_cache else cache_file(source, max_pixels, task)
     ingest = load("ingest", params_path)

@@ -307,9 +307,9 @@ def main(params_path):
     from stages.lib.rows import read_rows
     from stages.tasks import current
 
+    task = current(params_path)  # first: params that do not fit the task stop here
     source = Path(load("data", params_path).source)
     p = load("prepare", params_path)
-    task = current(params_path)
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
     # the pool first: its workers inherit this process as it is now, without the tables,

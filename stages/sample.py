@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.params import load, params_option
+from stages.lib.params import params_option
 
 OUT = Path("data/sample")
 
@@ -19,8 +19,7 @@ def main(params_path):
     """
     from stages.tasks import current
 
-    load("sample", params_path)  # a bad value fails here, naming it
-    task = current(params_path)
+    task = current(params_path)  # first: a bad value, or params that do not fit the task
     tmp = OUT.with_name(OUT.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     n = 0

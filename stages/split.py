@@ -240,8 +240,8 @@ def main(params_path):
     """
     from stages.tasks import current
 
+    task = current(params_path)  # first: params that do not fit the task stop here
     p = load("split", params_path)
-    task = current(params_path)
     distance = load("validate", params_path).near_dup_distance
     quarantined = {r["path"] for r in read_csv(QUARANTINE)}
     rows = [r for r in read_csv(MANIFEST) if not r["error"] and r["path"] not in quarantined]

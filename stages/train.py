@@ -250,131 +250,14 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
     "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
     non-finite loss or gradient (before the step).
     """
-    import torch
-    from tqdm import tqdm
-
-    from stages.lib import hooks
-    from stages.lib.augment import EpochBatches, batches
-
     x_train, y_train, x_val, y_val = data
-    model, opt, sched, scaler, st, task = (run[k] for k in ("model", "opt", "sched", "scaler",
-                                                             "state", "task"))
-    trainable = [q for q in model.parameters() if q.requires_grad]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
-    dev_type = torch.device(device).type
-    kill_at = int(hooks.value("KILL_AT_STEP") or 0)
-    interrupt_at = int(hooks.value("INTERRUPT_AT_STEP") or 0)
-    per_rank = p.batch_size // world
-    fp16 = p.precision == "fp16"
-    check_grads = not fp16  # fp16: the GradScaler skips overflowing steps itself
-    while st["epoch"] < p.epochs:
-        epoch = st["epoch"]
-        model.train()
-        for module in run.get("eval_modules", ()):  # frozen BatchNorm (train.lora_batchnorm)
-            module.eval()
-        if run.get("widths") is not None:  # prepare.width_buckets: one bucket per batch
-            from stages.lib.augment import bucket_batches
-
-            plan = bucket_batches(len(x_train), run["widths"][0], p.batch_size, p.seed, epoch,
-                                  rank, world)
-            ds = EpochBatches(x_train, y_train, None, per_rank, p, epoch, task, plan)
-        else:
-            order = epoch_order(len(x_train), p.seed, epoch)
-            if world > 1:  # pad like DistributedSampler: every rank runs the same steps
-                order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
-            ds = EpochBatches(x_train, y_train, order, per_rank, p, epoch, task)
-        start, window, seconds, seen = st["batch"], [], 0.0, 0
-        tic = time.perf_counter()
-        bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
-                   desc=f"epoch {epoch + 1}/{p.epochs}", unit="batch", leave=False)
-        for b, (idx, xb, yb) in enumerate(bar, start):
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-            window.append(idx)
-            with (torch.autocast(dev_type, dtype=dtype) if dtype else contextlib.nullcontext()):
-                loss = task.forward_loss(model, xb, yb, p)
-            scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
-            (scaler.scale(scaled) if fp16 else scaled).backward()
-            value = loss.item()
-            last = b + 1 == len(ds)
-            if not (last or (b + 1) % p.grad_accum_steps == 0):
-                if not math.isfinite(value):
-                    raise NonFinite({"what": f"loss {value}", "epoch": epoch, "batch": b,
-                                     "step": st["step"] + 1, "indices": [idx]})
-                st["loss_sum"] += value * len(idx)
-                st["seen"] += len(idx)
-                seen += len(idx)
-                continue
-            if fp16:
-                scaler.unscale_(opt)
-            if p.grad_clip > 0:
-                norm, kind = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip), "norm"
-            elif check_grads:  # any nan or inf makes the sum non-finite; cheaper than a norm
-                norm, kind = torch.stack([q.grad.sum() for q in trainable
-                                          if q.grad is not None]).sum(), "sum"
-            bad = [not math.isfinite(value), check_grads and not torch.isfinite(norm).item()]
-            if world > 1:  # every rank stops together
-                import torch.distributed as dist
-
-                flags = torch.tensor([float(x) for x in bad], device=device)
-                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-                bad = [bool(x) for x in flags.tolist()]
-            if any(bad):
-                what = f"loss {value}" if bad[0] else f"gradient {kind} {norm.item()}"
-                raise NonFinite({"what": what, "epoch": epoch, "batch": b,
-                                 "step": st["step"] + 1, "indices": [idx] if bad[0] else window})
-            if fp16:  # the GradScaler skips a step whose gradients overflowed
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
-            opt.zero_grad(set_to_none=True)
-            st["loss_sum"] += value * len(idx)
-            st["seen"] += len(idx)
-            st["step"] += 1
-            st["batch"] = b + 1
-            window = []
-            if on_step:
-                on_step(st["step"], value, opt.param_groups[0]["lr"])
-            if kill_at and st["step"] == kill_at:
-                import signal
-
-                os.kill(os.getpid(), signal.SIGKILL)
-            if interrupt_at and st["step"] == interrupt_at:
-                import signal
-
-                # as in a foreground terminal: a job started in the background (`cmd &`, as CI
-                # may run the tests) inherits SIGINT ignored, and Python then never raises
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-                os.kill(os.getpid(), signal.SIGINT)
-            if on_checkpoint and p.checkpoint_every_steps and not last \
-                    and st["step"] % p.checkpoint_every_steps == 0:
-                seconds += time.perf_counter() - tic
-                on_checkpoint("step")
-                tic = time.perf_counter()
-            seen += len(idx)
-        seconds += time.perf_counter() - tic
-        lr = opt.param_groups[0]["lr"]
-        sched.step()
-        loss_sum, count = st["loss_sum"], st["seen"]
-        if world > 1:
-            import torch.distributed as dist
-
-            totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
-            dist.all_reduce(totals)
-            loss_sum, count = totals.tolist()
-        val_loss, val_metric = evaluate_loss(model, x_val, y_val, task, device=device,
-                                             widths=(run.get("widths") or (None, None))[1])
-        record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
-                  f"val_{task.val_metric}": val_metric, "lr": lr}
-        st["history"].append(record)
-        if p.best_metric == "val_loss":
-            score = -val_loss
-        else:
-            score = val_metric if task.val_higher_is_better else -val_metric
-        improved = st["best"] is None or score > st["best"]["score"]
-        if improved:
-            st["best"] = {"score": score, "epoch": epoch + 1}
-        st.update(epoch=epoch + 1, batch=0, loss_sum=0.0, seen=0)
+    trainable = [q for q in run["model"].parameters() if q.requires_grad]
+    while run["state"]["epoch"] < p.epochs:
+        epoch = run["state"]["epoch"]
+        ds = epoch_batches(p, run, x_train, y_train, epoch, rank, world)
+        seconds, seen = train_epoch(p, run, ds, trainable, device, world, on_step,
+                                    on_checkpoint)
+        record, improved = end_epoch(p, run, x_val, y_val, device, world)
         if on_checkpoint:
             on_checkpoint("best" if improved else "epoch")
         perf = {"epoch": epoch + 1, "epoch_seconds": seconds,
@@ -383,6 +266,172 @@ def fit(p, run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, w
         if on_epoch:
             on_epoch(record, perf)
     return run
+
+
+def epoch_batches(p, run, x_train, y_train, epoch: int, rank: int, world: int):
+    """This rank's batches of the epoch (stages/lib/augment.py EpochBatches): the epoch's seeded
+    order, padded and split over the ranks; with width buckets, one bucket per batch."""
+    import torch
+
+    from stages.lib.augment import EpochBatches, bucket_batches
+
+    per_rank = p.batch_size // world
+    if run.get("widths") is not None:  # prepare.width_buckets: one bucket per batch
+        plan = bucket_batches(len(x_train), run["widths"][0], p.batch_size, p.seed, epoch,
+                              rank, world)
+        return EpochBatches(x_train, y_train, None, per_rank, p, epoch, run["task"], plan)
+    order = epoch_order(len(x_train), p.seed, epoch)
+    if world > 1:  # pad like DistributedSampler: every rank runs the same steps
+        order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
+    return EpochBatches(x_train, y_train, order, per_rank, p, epoch, run["task"])
+
+
+def train_epoch(p, run, ds, trainable, device, world, on_step, on_checkpoint) -> tuple:
+    """The epoch's batches from run["state"]'s batch on, an optimiser step every
+    train.grad_accum_steps of them (and at the last): (seconds spent, not counting
+    checkpoint writes, and samples this rank saw)."""
+    from tqdm import tqdm
+
+    from stages.lib import hooks
+    from stages.lib.augment import batches
+
+    st, epoch = run["state"], run["state"]["epoch"]
+    run["model"].train()
+    for module in run.get("eval_modules", ()):  # frozen BatchNorm (train.lora_batchnorm)
+        module.eval()
+    kill_at = int(hooks.value("KILL_AT_STEP") or 0)
+    interrupt_at = int(hooks.value("INTERRUPT_AT_STEP") or 0)
+    start, window, seconds, seen = st["batch"], [], 0.0, 0
+    tic = time.perf_counter()
+    bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
+               desc=f"epoch {epoch + 1}/{p.epochs}", unit="batch", leave=False)
+    for b, (idx, xb, yb) in enumerate(bar, start):
+        window.append(idx)
+        value = batch_backward(p, run, xb, yb, device)
+        last = b + 1 == len(ds)
+        where = {"epoch": epoch, "batch": b, "step": st["step"] + 1}
+        if not (last or (b + 1) % p.grad_accum_steps == 0):
+            if not math.isfinite(value):
+                raise NonFinite({"what": f"loss {value}", **where, "indices": [idx]})
+            st["loss_sum"] += value * len(idx)
+            st["seen"] += len(idx)
+            seen += len(idx)
+            continue
+        optimizer_step(p, run, trainable, value, where, [idx], window, device, world)
+        st["loss_sum"] += value * len(idx)
+        st["seen"] += len(idx)
+        st["step"] += 1
+        st["batch"] = b + 1
+        window = []
+        if on_step:
+            on_step(st["step"], value, run["opt"].param_groups[0]["lr"])
+        crash_hooks(st["step"], kill_at, interrupt_at)
+        if on_checkpoint and p.checkpoint_every_steps and not last \
+                and st["step"] % p.checkpoint_every_steps == 0:
+            seconds += time.perf_counter() - tic
+            on_checkpoint("step")
+            tic = time.perf_counter()
+        seen += len(idx)
+    return seconds + time.perf_counter() - tic, seen
+
+
+def batch_backward(p, run, xb, yb, device) -> float:
+    """One batch's forward and the task's loss (under autocast with train.precision bf16 or
+    fp16), and its backward, scaled for gradient accumulation (and by the GradScaler with
+    fp16): the loss's value."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
+    xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+    autocast = torch.autocast(torch.device(device).type, dtype=dtype) if dtype \
+        else contextlib.nullcontext()
+    with autocast:
+        loss = run["task"].forward_loss(run["model"], xb, yb, p)
+    scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
+    (run["scaler"].scale(scaled) if p.precision == "fp16" else scaled).backward()
+    return loss.item()
+
+
+def optimizer_step(p, run, trainable, value, where, batch, window, device, world) -> None:
+    """Unscale (fp16), clip (train.grad_clip) or check the gradients, then step. A non-finite
+    loss (batch: its indices) or gradient (window: the indices of every batch since the last
+    step) on any rank raises NonFinite on every rank, before the step. fp16 checks no
+    gradients: its GradScaler skips an overflowing step itself."""
+    import torch
+
+    opt, scaler = run["opt"], run["scaler"]
+    fp16 = p.precision == "fp16"
+    check_grads = not fp16
+    if fp16:
+        scaler.unscale_(opt)
+    if p.grad_clip > 0:
+        norm, kind = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip), "norm"
+    elif check_grads:  # any nan or inf makes the sum non-finite; cheaper than a norm
+        norm, kind = torch.stack([q.grad.sum() for q in trainable
+                                  if q.grad is not None]).sum(), "sum"
+    bad = [not math.isfinite(value), check_grads and not torch.isfinite(norm).item()]
+    if world > 1:  # every rank stops together
+        import torch.distributed as dist
+
+        flags = torch.tensor([float(x) for x in bad], device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        bad = [bool(x) for x in flags.tolist()]
+    if any(bad):
+        what = f"loss {value}" if bad[0] else f"gradient {kind} {norm.item()}"
+        raise NonFinite({"what": what, **where, "indices": batch if bad[0] else window})
+    if fp16:  # the GradScaler skips a step whose gradients overflowed
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def crash_hooks(step: int, kill_at: int, interrupt_at: int) -> None:
+    """KILL_AT_STEP and INTERRUPT_AT_STEP (stages/lib/hooks.py): a kill or a Ctrl-C right
+    after optimiser step N, as a crash or a user would."""
+    import signal
+
+    if kill_at and step == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if interrupt_at and step == interrupt_at:
+        # as in a foreground terminal: a job started in the background (`cmd &`, as CI
+        # may run the tests) inherits SIGINT ignored, and Python then never raises
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def end_epoch(p, run, x_val, y_val, device, world) -> tuple[dict, bool]:
+    """Close the epoch: the LR schedule's step, the train loss over every rank, the validation
+    loss and metric, the best epoch so far, and the position moved to the next epoch.
+    (the epoch's history record, whether it is the best so far)"""
+    import torch
+
+    st, task = run["state"], run["task"]
+    epoch = st["epoch"]
+    lr = run["opt"].param_groups[0]["lr"]
+    run["sched"].step()
+    loss_sum, count = st["loss_sum"], st["seen"]
+    if world > 1:
+        import torch.distributed as dist
+
+        totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
+        dist.all_reduce(totals)
+        loss_sum, count = totals.tolist()
+    val_loss, val_metric = evaluate_loss(run["model"], x_val, y_val, task, device=device,
+                                         widths=(run.get("widths") or (None, None))[1])
+    record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
+              f"val_{task.val_metric}": val_metric, "lr": lr}
+    st["history"].append(record)
+    if p.best_metric == "val_loss":
+        score = -val_loss
+    else:
+        score = val_metric if task.val_higher_is_better else -val_metric
+    improved = st["best"] is None or score > st["best"]["score"]
+    if improved:
+        st["best"] = {"score": score, "epoch": epoch + 1}
+    st.update(epoch=epoch + 1, batch=0, loss_sum=0.0, seen=0)
+    return record, improved
 
 
 def train(p, x_train, y_train, x_val, y_val, meta, log=None, task=None):
@@ -478,36 +527,14 @@ def system_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-@click.command()
-@params_option
-def main(params_path):
-    """Train on data/processed/ and write models/model.pt, models/checkpoints/{last,best}.pt,
-    metrics/train.json and plots/train/ (dvclive history).
-
-    Reads the `train` section of the params file. Resumes from models/checkpoints/last.pt
-    when its fingerprint (params, data, code) matches; otherwise starts fresh and says why.
-    With train.nproc > 1 it re-runs itself under torchrun. The run record goes to
-    logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
-    """
-    p = load("train", params_path)
-    if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
-        relaunch_under_torchrun(p, params_path)
-        return
-    from stages.lib.kernels import use
-
-    kernels = use(p.kernels, p.threads, click.echo)  # before torch loads: it picks the kernels
+def start_process(p) -> tuple:
+    """This process's set-up before any data is read: deterministic algorithms, its share of
+    the cores, its device and (under torchrun) the process group. (p with the DataLoader
+    workers it was given, the cores chosen, device, rank, world)"""
     import dataclasses
 
     import torch
 
-    from stages.lib import checkpoint as ck
-    from stages.lib import hooks
-    from stages.lib.images import load_processed
-    from stages.lib.models import save_model
-    from stages.lib.provenance import run_record, write_run_record
-    from stages.tasks import code_files, current
-
-    task = current(params_path)
     set_deterministic(p.deterministic)
     cores = set_threads(p)
     p = dataclasses.replace(p, num_workers=cores["num_workers"])
@@ -520,38 +547,46 @@ def main(params_path):
         import torch.distributed as dist
 
         dist.init_process_group("nccl" if device != "cpu" else "gloo")
-    writer = rank == 0
+    return p, cores, device, rank, world
 
-    # views over the memory-mapped shards: a batch is read and normalised when it is drawn
-    x_train, y_train, meta = load_processed("train", torch=True)
-    x_val, y_val, _ = load_processed("val", torch=True)
-    data = (x_train, y_train, x_val, y_val)
-    if hooks.value("POISON"):
-        x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))
+
+def run_fingerprint(p, task, cores) -> str:
+    """What a checkpoint must match to be resumed: the params that change training, the data
+    (data/processed/, the train split, train.init_from's file) and the code."""
+    from stages.lib import checkpoint as ck
+    from stages.lib.models import no_weights
+    from stages.tasks import code_files
+
     # the thread count orders CPU float sums: the effective one, not train.threads' 0 (auto)
     params = {**resume_params(p), "task": task.name, "threads": cores["threads"]}
     # hidden files are other writers' temp files, not data
     data_files = sorted(f for f in PROCESSED.rglob("*")
                         if f.is_file() and not f.name.startswith("."))
     data_files.append(TRAIN_SPLIT)
-    from stages.lib import finetune
-    from stages.lib.models import no_weights
-
     if not no_weights(p.init_from):
         data_files.append(Path(p.init_from))
-    fingerprint = ck.fingerprint(params, data_files, ck.code_files() + code_files(task))
+    return ck.fingerprint(params, data_files, ck.code_files() + code_files(task))
 
-    run = setup(p, meta, task, device)
-    if meta.get("width_buckets"):  # lines in width buckets: batches and validation per bucket
-        from stages.lib.shards import load_widths
 
-        odd = [w for w in meta["width_buckets"] if not task.dynamic_width
-               or w % task.dynamic_width]
-        if odd:
-            raise StageError(f"prepare.width_buckets: {odd} " + (
-                f"not a multiple of {task.dynamic_width}, the model's stride"
-                if task.dynamic_width else f"but the {task.name} model takes one input width"))
-        run["widths"] = (load_widths("train"), load_widths("val"))
+def bucket_widths(meta, task) -> tuple:
+    """(train, val) numpy width per sample of lines prepared in width buckets, once the model
+    is known to take every bucket's width."""
+    from stages.lib.shards import load_widths
+
+    odd = [w for w in meta["width_buckets"] if not task.dynamic_width
+           or w % task.dynamic_width]
+    if odd:
+        raise StageError(f"prepare.width_buckets: {odd} " + (
+            f"not a multiple of {task.dynamic_width}, the model's stride"
+            if task.dynamic_width else f"but the {task.name} model takes one input width"))
+    return load_widths("train"), load_widths("val")
+
+
+def resume(run, fingerprint, rank, world) -> str:
+    """Continue from models/checkpoints/last.pt when its fingerprint matches (every rank from
+    the same one), else start fresh (rank 0 removes the stale checkpoints): which, and why."""
+    from stages.lib import checkpoint as ck
+
     ckpt, message = ck.resumable(ck.LAST, fingerprint)
     if world > 1:
         ckpt, message = agree_on_checkpoint(ckpt, message, fingerprint, rank, world)
@@ -559,34 +594,16 @@ def main(params_path):
         restore(run, ckpt)
         if ckpt.get("rank_partial"):  # same world size: it is in the fingerprint
             run["state"]["loss_sum"], run["state"]["seen"] = ckpt["rank_partial"][rank]
-    elif writer:
+    elif rank == 0:
         for path in (ck.LAST, ck.BEST):
             path.unlink(missing_ok=True)
-    click.echo(f"train: {message}")
-    record = {**run_record("train", p), "world_size": world, **cores, "kernels": kernels,
-              "device_name": device,
-              "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
-              if device != "cpu" else system_memory_bytes(),
-              "resume": message, "fingerprint": fingerprint, "status": "running", "epochs": []}
-    if writer:
-        write_run_record("train", record)
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
+    return message
 
-        run["model"] = DistributedDataParallel(run["model"])
 
-    from dvclive import Live
-
-    tb = None
-    if writer and p.tensorboard:  # untracked, for watching a running job; may lag a kill
-        from torch.utils.tensorboard import SummaryWriter
-
-        # purge_step drops the events a killed run wrote after the checkpoint it resumes
-        tb = SummaryWriter(str(TENSORBOARD_DIR), purge_step=run["state"]["step"] + 1)
-
-    def on_step(step, loss, lr):
-        tb.add_scalar("train/loss", loss, step)
-        tb.add_scalar("lr", lr, step)
+def checkpointer(run, p, fingerprint, rank, world):
+    """fit's on_checkpoint: every rank's running loss of the epoch gathered (a resume restores
+    its own), then rank 0 writes last.pt, and best.pt too on a new best epoch."""
+    from stages.lib import checkpoint as ck
 
     def on_checkpoint(kind):
         partial = None
@@ -595,122 +612,233 @@ def main(params_path):
 
             partial = [None] * world
             dist.all_gather_object(partial, (run["state"]["loss_sum"], run["state"]["seen"]))
-        if not writer:
+        if rank != 0:
             return
         state = {**checkpoint(run, p, fingerprint), "rank_partial": partial}
         if kind == "best":
             ck.save(ck.BEST, state)
         ck.save(ck.LAST, state)
 
-    # history is replayed from the checkpoint, so it never has gaps or duplicate steps;
-    # only rank 0 opens the Live dirs (opening one clears it)
+    return on_checkpoint
+
+
+def log_history(live, rec, metric) -> None:
+    """One epoch of the tracked history (plots/train/)."""
+    for key, name in (("train_loss", "train/loss"), ("val_loss", "val/loss"),
+                      (f"val_{metric}", f"val/{metric}"), ("lr", "lr")):
+        live.log_metric(name, rec[key])
+    live.next_step()
+
+
+def epoch_logger(p, run, record, live, perf_live, tb):
+    """Rank 0's on_epoch: the history (dvclive, tracked), the epoch's seconds, speed and peak
+    memory (dvclive under logs/, and the run record), TensorBoard when on, and one line."""
+    metric = run["task"].val_metric
+
+    def on_epoch(rec, perf):
+        log_history(live, rec, metric)
+        perf_live.step = rec["epoch"] - 1
+        for key in ("epoch_seconds", "samples_per_s", "peak_memory_bytes"):
+            perf_live.log_metric(key, perf[key])
+        perf_live.next_step()
+        record["epochs"].append(perf)
+        if tb is not None:
+            step = run["state"]["step"]
+            for key, name in (("val_loss", "val/loss"), (f"val_{metric}", f"val/{metric}"),
+                              ("train_loss", "train/epoch_loss")):
+                tb.add_scalar(name, rec[key], step)
+            for key in ("epoch_seconds", "samples_per_s", "peak_memory_bytes"):
+                tb.add_scalar(f"perf/{key}", perf[key], step)
+            tb.flush()
+        click.echo(f"epoch {rec['epoch']}/{p.epochs}: train loss {rec['train_loss']:.4f} "
+                   f"val loss {rec['val_loss']:.4f} val {metric} {rec[f'val_{metric}']:.4f} "
+                   f"lr {rec['lr']:.2e} ({perf['samples_per_s']:.0f} samples/s)")
+
+    return on_epoch
+
+
+def fit_logged(p, run, data, record, fingerprint, device, rank, world) -> None:
+    """fit, with checkpoints, and on rank 0 its logs: the history so far replayed into
+    plots/train/ (opening a Live dir clears it, so it never has gaps or duplicate steps), then
+    each epoch, and TensorBoard events with train.tensorboard."""
+    from dvclive import Live
+
+    tb = None
+    if rank == 0 and p.tensorboard:  # untracked, for watching a running job; may lag a kill
+        from torch.utils.tensorboard import SummaryWriter
+
+        # purge_step drops the events a killed run wrote after the checkpoint it resumes
+        tb = SummaryWriter(str(TENSORBOARD_DIR), purge_step=run["state"]["step"] + 1)
+    on_checkpoint = checkpointer(run, p, fingerprint, rank, world)
     with contextlib.ExitStack() as stack:
-        if writer:
+        on_epoch = None
+        if rank == 0:
             live = stack.enter_context(Live(dir=str(LIVE_DIR), dvcyaml=None,
                                             save_dvc_exp=False))
-        if writer and run["state"]["epoch"] < p.epochs:  # keep the timings of the last run
-            perf_live = stack.enter_context(Live(dir=str(PERF_LIVE_DIR), dvcyaml=None,
-                                                 save_dvc_exp=False))
-        metric = task.val_metric
-
-        def log_history(rec):
-            for key, name in (("train_loss", "train/loss"), ("val_loss", "val/loss"),
-                              (f"val_{metric}", f"val/{metric}"), ("lr", "lr")):
-                live.log_metric(name, rec[key])
-            live.next_step()
-
-        def on_epoch(rec, perf):
-            if not writer:
-                return
-            log_history(rec)
-            perf_live.step = rec["epoch"] - 1
-            for key in ("epoch_seconds", "samples_per_s", "peak_memory_bytes"):
-                perf_live.log_metric(key, perf[key])
-            perf_live.next_step()
-            record["epochs"].append(perf)
-            if tb is not None:
-                step = run["state"]["step"]
-                for key, name in (("val_loss", "val/loss"), (f"val_{metric}", f"val/{metric}"),
-                                  ("train_loss", "train/epoch_loss")):
-                    tb.add_scalar(name, rec[key], step)
-                for key in ("epoch_seconds", "samples_per_s", "peak_memory_bytes"):
-                    tb.add_scalar(f"perf/{key}", perf[key], step)
-                tb.flush()
-            click.echo(f"epoch {rec['epoch']}/{p.epochs}: train loss {rec['train_loss']:.4f} "
-                       f"val loss {rec['val_loss']:.4f} val {metric} {rec[f'val_{metric}']:.4f} "
-                       f"lr {rec['lr']:.2e} ({perf['samples_per_s']:.0f} samples/s)")
-
-        if writer:
+            perf_live = None
+            if run["state"]["epoch"] < p.epochs:  # keep the timings of the last run
+                perf_live = stack.enter_context(Live(dir=str(PERF_LIVE_DIR), dvcyaml=None,
+                                                     save_dvc_exp=False))
+            on_epoch = epoch_logger(p, run, record, live, perf_live, tb)
             for rec in run["state"]["history"]:
-                log_history(rec)
-        try:
-            fit(p, run, data, on_epoch, on_checkpoint, device, rank, world,
-                on_step if tb is not None else None)
-        except NonFinite as exc:
-            paths = sample_paths()
-            message = nonfinite_message(exc.info, paths)
-            info = {"what": exc.info["what"], "epoch": exc.info["epoch"] + 1,
-                    "step": exc.info["step"], "batch": exc.info["batch"] + 1,
-                    "samples": batch_paths(exc.info, paths)}
-            if writer:
-                write_run_record("train", {**record, "status": "failed", "error": message,
-                                           "nonfinite": info})
-            raise StageError(message) from None
-        except KeyboardInterrupt:
-            st = run["state"]
-            message = (f"train: interrupted at epoch {st['epoch'] + 1} step {st['step']}; run "
-                       f"`dvc repro` to resume from the last checkpoint ({ck.LAST}: written "
-                       f"every epoch" + (f" and every {p.checkpoint_every_steps} steps"
-                                         if p.checkpoint_every_steps else "") + ")")
-            if writer:
-                write_run_record("train", {**record, "status": "interrupted",
-                                           "error": message})
-            click.echo(message, err=True)
-            sys.exit(130)
-        except torch.cuda.OutOfMemoryError:
-            message = oom_message(p, device)
-            if writer:
-                write_run_record("train", {**record, "status": "failed", "error": message})
-            raise StageError(message) from None
-
+                log_history(live, rec, run["task"].val_metric)
+        fit_or_fail(p, run, data, record, on_epoch, on_checkpoint, tb, device, rank, world)
     if tb is not None:
         tb.close()
-    if writer:
-        if p.keep == "best":  # best.pt's weights (the last epoch's when it was the best)
-            saved, why = ck.load(ck.BEST)
-            if saved is None:
-                raise StageError(f"train.keep is best but {why}; re-run `dvc repro`.")
-            finetune.restore_state(getattr(run["model"], "module", run["model"]),
-                                   saved["model"], p)
-        # LoRA: the adapters merged into plain weights; checked on a validation batch
-        probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
-        model, merge_diff = finetune.merged(run["model"], p, probe)
-        keys = (*task.meta_keys, "image_size", "channels", "mean", "std",
-                *(["letterbox"] if "letterbox" in meta else []))  # prepare.letterbox
-        buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
-        save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
-                                  "task": task.name, **buckets, "kernels": kernels["kernels"]})
-        history, best = run["state"]["history"], run["state"]["best"]
-        last = history[-1]
-        metric = f"val_{task.val_metric}"
-        metrics = {"epochs": len(history), "train_loss": last["train_loss"],
-                   "val_loss": last["val_loss"], metric: last[metric], "best_epoch": best["epoch"],
-                   **({"kept": "best"} if p.keep == "best" else {})}
-        facts = run["facts"]
-        if finetune.finetuning(p):  # the default run's file keeps its bytes
-            metrics.update({k: facts[k] for k in ("params_trainable", "params_total")})
-            if "init" in facts:  # loaded tensors as a count; the others by name
-                metrics["init"] = {**facts["init"], "loaded": len(facts["init"]["loaded"])}
-            if merge_diff is not None:
-                metrics["lora_merge_max_abs_diff"] = merge_diff
-        write_json(METRICS, metrics)
-        write_run_record("train", {**record, "status": "ok", "metrics": last,
-                                   "peak_memory_bytes": peak_memory_bytes(device),
-                                   "init": facts.get("init")})
-        kept = (f"the best epoch, {best['epoch']}: val {task.val_metric} "
-                f"{history[best['epoch'] - 1][metric]:.4f}" if p.keep == "best"
-                else f"the last epoch, {len(history)}: val {task.val_metric} {last[metric]:.4f}")
-        click.echo(f"train: {kept} -> {MODEL} (train.keep: {p.keep})")
+
+
+def fit_or_fail(p, run, data, record, on_epoch, on_checkpoint, tb, device, rank, world):
+    """fit; a non-finite loss or gradient, an interrupt (Ctrl-C) or running out of memory is
+    written to the run record (rank 0) and stops the stage with a message naming the fix."""
+    import torch
+
+    from stages.lib import checkpoint as ck
+    from stages.lib.provenance import write_run_record
+
+    def on_step(step, loss, lr):
+        tb.add_scalar("train/loss", loss, step)
+        tb.add_scalar("lr", lr, step)
+
+    try:
+        fit(p, run, data, on_epoch, on_checkpoint, device, rank, world,
+            on_step if tb is not None else None)
+    except NonFinite as exc:
+        paths = sample_paths()
+        message = nonfinite_message(exc.info, paths)
+        info = {"what": exc.info["what"], "epoch": exc.info["epoch"] + 1,
+                "step": exc.info["step"], "batch": exc.info["batch"] + 1,
+                "samples": batch_paths(exc.info, paths)}
+        if rank == 0:
+            write_run_record("train", {**record, "status": "failed", "error": message,
+                                       "nonfinite": info})
+        raise StageError(message) from None
+    except KeyboardInterrupt:
+        st = run["state"]
+        message = (f"train: interrupted at epoch {st['epoch'] + 1} step {st['step']}; run "
+                   f"`dvc repro` to resume from the last checkpoint ({ck.LAST}: written "
+                   f"every epoch" + (f" and every {p.checkpoint_every_steps} steps"
+                                     if p.checkpoint_every_steps else "") + ")")
+        if rank == 0:
+            write_run_record("train", {**record, "status": "interrupted", "error": message})
+        click.echo(message, err=True)
+        sys.exit(130)
+    except torch.cuda.OutOfMemoryError:
+        message = oom_message(p, device)
+        if rank == 0:
+            write_run_record("train", {**record, "status": "failed", "error": message})
+        raise StageError(message) from None
+
+
+def write_outputs(p, run, meta, record, x_val, device) -> None:
+    """Rank 0's outs: models/model.pt (the last epoch's weights, or best.pt's with train.keep:
+    best; LoRA adapters merged), metrics/train.json and the finished run record."""
+    from stages.lib import checkpoint as ck
+    from stages.lib import finetune
+    from stages.lib.models import save_model
+    from stages.lib.provenance import write_run_record
+
+    task = run["task"]
+    if p.keep == "best":  # best.pt's weights (the last epoch's when it was the best)
+        saved, why = ck.load(ck.BEST)
+        if saved is None:
+            raise StageError(f"train.keep is best but {why}; re-run `dvc repro`.")
+        finetune.restore_state(getattr(run["model"], "module", run["model"]),
+                               saved["model"], p)
+    # LoRA: the adapters merged into plain weights; checked on a validation batch
+    probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
+    model, merge_diff = finetune.merged(run["model"], p, probe)
+    keys = (*task.meta_keys, "image_size", "channels", "mean", "std",
+            *(["letterbox"] if "letterbox" in meta else []))  # prepare.letterbox
+    buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
+    save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
+                              "task": task.name, **buckets,
+                              "kernels": record["kernels"]["kernels"]})
+    write_json(METRICS, train_metrics(p, run, merge_diff))
+    history, best = run["state"]["history"], run["state"]["best"]
+    last, metric = history[-1], f"val_{task.val_metric}"
+    write_run_record("train", {**record, "status": "ok", "metrics": last,
+                               "peak_memory_bytes": peak_memory_bytes(device),
+                               "init": run["facts"].get("init")})
+    kept = (f"the best epoch, {best['epoch']}: val {task.val_metric} "
+            f"{history[best['epoch'] - 1][metric]:.4f}" if p.keep == "best"
+            else f"the last epoch, {len(history)}: val {task.val_metric} {last[metric]:.4f}")
+    click.echo(f"train: {kept} -> {MODEL} (train.keep: {p.keep})")
+
+
+def train_metrics(p, run, merge_diff) -> dict:
+    """metrics/train.json: the last epoch's losses and metric and the best epoch; with
+    fine-tuning, what trained and what was loaded."""
+    from stages.lib import finetune
+
+    history, best = run["state"]["history"], run["state"]["best"]
+    last, metric = history[-1], f"val_{run['task'].val_metric}"
+    metrics = {"epochs": len(history), "train_loss": last["train_loss"],
+               "val_loss": last["val_loss"], metric: last[metric], "best_epoch": best["epoch"],
+               **({"kept": "best"} if p.keep == "best" else {})}
+    facts = run["facts"]
+    if finetune.finetuning(p):  # the default run's file keeps its bytes
+        metrics.update({k: facts[k] for k in ("params_trainable", "params_total")})
+        if "init" in facts:  # loaded tensors as a count; the others by name
+            metrics["init"] = {**facts["init"], "loaded": len(facts["init"]["loaded"])}
+        if merge_diff is not None:
+            metrics["lora_merge_max_abs_diff"] = merge_diff
+    return metrics
+
+
+@click.command()
+@params_option
+def main(params_path):
+    """Train on data/processed/ and write models/model.pt, models/checkpoints/{last,best}.pt,
+    metrics/train.json and plots/train/ (dvclive history).
+
+    Reads the `train` section of the params file. Resumes from models/checkpoints/last.pt
+    when its fingerprint (params, data, code) matches; otherwise starts fresh and says why.
+    With train.nproc > 1 it re-runs itself under torchrun. The run record goes to
+    logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
+    """
+    from stages.tasks import current
+
+    task = current(params_path)  # first: params that do not fit the task stop here
+    p = load("train", params_path)
+    if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
+        relaunch_under_torchrun(p, params_path)
+        return
+    from stages.lib.kernels import use
+
+    kernels = use(p.kernels, p.threads, click.echo)  # before torch loads: it picks the kernels
+    import torch
+
+    from stages.lib import hooks
+    from stages.lib.provenance import run_record, write_run_record
+    from stages.lib.shards import load_split
+
+    p, cores, device, rank, world = start_process(p)
+    # views over the memory-mapped shards: a batch is read and normalised when it is drawn
+    x_train, y_train, meta = load_split("train", torch=True)
+    x_val, y_val, _ = load_split("val", torch=True)
+    if hooks.value("POISON"):
+        x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))
+    fingerprint = run_fingerprint(p, task, cores)
+    run = setup(p, meta, task, device)
+    if meta.get("width_buckets"):  # lines in width buckets: batches and validation per bucket
+        run["widths"] = bucket_widths(meta, task)
+    message = resume(run, fingerprint, rank, world)
+    click.echo(f"train: {message}")
+    record = {**run_record("train", p), "world_size": world, **cores, "kernels": kernels,
+              "device_name": device,
+              "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
+              if device != "cpu" else system_memory_bytes(),
+              "resume": message, "fingerprint": fingerprint, "status": "running", "epochs": []}
+    if rank == 0:
+        write_run_record("train", record)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        run["model"] = DistributedDataParallel(run["model"])
+    fit_logged(p, run, (x_train, y_train, x_val, y_val), record, fingerprint, device, rank,
+               world)
+    if rank == 0:
+        write_outputs(p, run, meta, record, x_val, device)
     if world > 1:
         import torch.distributed as dist
 

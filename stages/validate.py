@@ -103,29 +103,6 @@ def file_suite(p, task):
     return suite + task.file_expectations(p)
 
 
-def offenders(df, suite, key: str) -> dict[str, list]:
-    """{check: sorted values of `key` in the rows failing it}, via one great_expectations run."""
-    import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    ctx = gx.get_context(mode="ephemeral")  # no gx/ folder, no network
-    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    batch = (ctx.data_sources.add_pandas("gate").add_dataframe_asset("rows")
-             .add_batch_definition_whole_dataframe("all")
-             .get_batch(batch_parameters={"dataframe": df}))
-    gx_suite = gx.ExpectationSuite(name="gate")
-    for check, expectation in suite:
-        expectation.meta = {"check": check}
-        gx_suite.add_expectation(expectation)
-    result = batch.validate(gx_suite, result_format={
-        "result_format": "COMPLETE", "unexpected_index_column_names": [key]})
-    found = {check: [] for check, _ in suite}
-    for r in result.results:  # not in suite order
-        found[r.expectation_config.meta["check"]] = sorted(
-            {row[key] for row in r.result.get("unexpected_index_list") or []})
-    return found
-
-
 def reason(check: str, row: dict, p, extra: dict, task) -> str:
     if check in task.checks:
         return task.reason(check, row, p)
@@ -157,7 +134,7 @@ def check_all(rows, p, task) -> dict:
 
     by_path = {r["path"]: r for r in rows}
     frame, labels_of = file_frame(rows, p, task)
-    found = offenders(frame, file_suite(p, task), "path")
+    found = checks.offenders(frame, file_suite(p, task), "path")
     pairs = near_duplicate_pairs(rows, p.near_dup_distance)
     near = defaultdict(list)
     for a, b, d in pairs:
@@ -174,7 +151,7 @@ def check_all(rows, p, task) -> dict:
               for check in per_file if found.get(check)}
     bad = {path for c in checks.blocking(task) for path in issues.get(c, {})}
     usable = [r for r in rows if r["path"] not in bad]
-    dataset = task.dataset_findings(usable, p, offenders)
+    dataset = task.dataset_findings(usable, p, checks.offenders)
     return {"issues": issues, "bad": bad, "dataset": dataset,
             "per_class": task.label_counts(usable), "pairs": pairs,
             "task_metrics": task.dataset_metrics(usable)}
@@ -241,9 +218,9 @@ def main(params_path):
     """
     from stages.tasks import current
 
+    task = current(params_path)  # first: params that do not fit the task stop here
     params = load_all(params_path)
     p = params["validate"]
-    task = current(params_path)
     task.configure(params)
     rows = read_csv(MANIFEST)
     result = check_all(rows, p, task)

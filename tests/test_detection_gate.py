@@ -23,8 +23,14 @@ BAD = {  # image name -> (label text, check that must name it)
 
 
 def params(tmp, source, **validate):
+    """params.yaml of the detection recipe (its sample_params) on source."""
+    from stages.tasks.detection import TASK
+
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["task"] = "detection"
+    for dotted, value in TASK.sample_params.items():
+        section, key = dotted.split(".")
+        raw[section][key] = value
     raw["data"]["source"] = str(source)
     raw["validate"].update(near_dup_distance=-1, **validate)
     (tmp / "params.yaml").write_text(yaml.safe_dump(raw))

@@ -57,7 +57,8 @@ def consume(onnx_path, images) -> dict:
 def torch_top1(model_path, images) -> list[str]:
     """PyTorch's top-1 through the project's own preprocessing (stages.lib.images)."""
     from stages.lib.images import load_image, normalize
-    from stages.lib.models import load_model, predict_logits
+    from stages.lib.models import predict_logits
+    from stages.tasks import load_model
 
     model, meta = load_model(model_path)
     raw = np.stack([load_image(p, meta["image_size"], meta["channels"]) for p in images])

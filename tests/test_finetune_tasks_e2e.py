@@ -32,7 +32,7 @@ def state(path):
 def test_finetune_every_task(task, request, tmp_path):
     from fnmatch import fnmatchcase
 
-    from stages.lib.models import load_model
+    from stages.tasks import load_model
     from stages.tasks import get
     from tools.project import dvc, set_params
 

@@ -24,8 +24,8 @@ def test_smoke_runs_on_the_configured_data_with_the_users_classes(own_data_proje
 
 def test_the_subset_is_seeded_per_class_and_keeps_labels_csv_consistent(tmp_path):
     from stages.lib.io import read_csv
-    from stages.lib.subset import write_subset
     from stages.tasks import get
+    from tools.smoke import write_subset
 
     task = get("classification")
     folders = tmp_path / "folders"

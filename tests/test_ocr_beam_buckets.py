@@ -56,7 +56,7 @@ def test_predict_runs_each_line_at_its_bucket(bucketed, tmp_path):
     import torch
 
     from stages.lib.images import load_image, normalize
-    from stages.lib.models import load_model
+    from stages.tasks import load_model
     from stages.tasks.ocr.ctc import greedy
 
     rows = read_csv(bucketed / "data/split/test.csv")[:30]

@@ -173,9 +173,9 @@ def test_evaluate_runs_each_line_at_its_bucket(bucketed):
 
     import torch
 
-    from stages.lib.images import load_processed
+    from stages.lib.shards import load_split
     from stages.lib.io import read_csv
-    from stages.lib.models import load_model
+    from stages.tasks import load_model
     from stages.lib.shards import load_widths
     from stages.tasks.ocr.ctc import greedy
 
@@ -186,7 +186,7 @@ def test_evaluate_runs_each_line_at_its_bucket(bucketed):
                                         if (widths == w).any()}
     model, meta = load_model(bucketed / "models/model.pt")
     model.eval()
-    x, _, _ = load_processed("test", root)
+    x, _, _ = load_split("test", root)
     texts = []
     with torch.no_grad():
         for i in range(len(x)):

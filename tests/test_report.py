@@ -17,6 +17,7 @@ import pytest
 from stages.lib.io import StageError
 from stages.report import charts, facts, sections
 from stages.report.html import flatten, stylesheet
+from stages.tasks import get
 from tests.chromium import find_chromium, load_page
 from tests.conftest import ROOT, TINY_RUN, copy_run, run_stage
 from tools.project import dvc, git
@@ -196,7 +197,8 @@ def test_training_section_says_which_epoch_is_the_model(run, tmp_path, monkeypat
     train = {**load(copy, "metrics/train.json"), "kept": "best", "best_epoch": 1}
     (copy / "metrics/train.json").write_text(json.dumps(train))
     monkeypatch.chdir(copy)
-    page = render(facts.gather("params.yaml", facts.OUT))
+    task = get("classification")
+    page = render(facts.gather("params.yaml", facts.OUT, task), task)
     assert Page(page).values["train.keep"] == "best"
     assert "the best epoch (1)" in page and "(train.keep: best)" in page
 
@@ -221,10 +223,11 @@ def test_every_input_is_read_once_per_render(run, monkeypatch):
         return real_open(file, *args, **kwargs)
 
     monkeypatch.chdir(run)
+    task = get("classification")
     with monkeypatch.context() as patch:
         patch.setattr(builtins, "open", counting_open)  # open(...)
         patch.setattr(io, "open", counting_open)  # Path.read_text, Path.read_bytes
-        page = render(facts.gather("params.yaml", facts.OUT))
+        page = render(facts.gather("params.yaml", facts.OUT, task), task)
     assert {name: n for name, n in opened.items() if n > 1} == {}
     curves = {p.relative_to(run).as_posix() for p in (run / facts.CURVES).rglob("*.tsv")}
     code = {p.relative_to(run).as_posix() for p in (run / "stages").rglob("*.py")}

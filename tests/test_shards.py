@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from stages.lib.images import load_processed, normalize
-from stages.lib.shards import images_view, write_processed
+from stages.lib.images import normalize
+from stages.lib.shards import images_view, load_split, write_processed
 from tests.conftest import run_stage
 
 
@@ -53,7 +53,7 @@ def test_views_read_what_was_written(tmp_path, shard_size):
     y = rng.integers(0, 9, 23).astype(np.int64)
     meta = {"classes": list("abcdefghi"), "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.3, 0.4]}
     write_processed(tmp_path, {"train": (x, y)}, meta, shard_size)
-    xv, yv, m = load_processed("train", tmp_path)
+    xv, yv, m = load_split("train", tmp_path)
     whole = normalize(x, meta["mean"], meta["std"])
     assert m["counts"] == {"train": 23} and len(xv) == 23 and xv.shape == whole.shape
     idx = rng.permutation(23)[:11]
@@ -65,7 +65,7 @@ def test_views_read_what_was_written(tmp_path, shard_size):
 
     import torch
 
-    tv, ty, _ = load_processed("train", tmp_path, torch=True)
+    tv, ty, _ = load_split("train", tmp_path, torch=True)
     tv[3]  # opens a map; a pickled view (a DataLoader worker's) must not carry it
     clone = pickle.loads(pickle.dumps(tv))
     assert torch.equal(clone[torch.tensor(idx)], torch.from_numpy(whole[idx]))

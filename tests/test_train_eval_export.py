@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from stages.export import compare, onnx_bytes, onnx_logits
-from stages.lib.models import load_model, save_model
+from stages.lib.models import save_model
+from stages.tasks import load_model
 from stages.lib.params import Train
 from stages.tasks.classification.metrics import headline_metrics
 from stages.tasks.classification.model import build_model

@@ -31,11 +31,12 @@ def test_augmentation_is_a_pure_function_of_seed_epoch_and_index():
 def test_a_batch_does_not_depend_on_which_other_batches_were_fetched():
     x, y = toy_data(20)
     order = torch.randperm(20, generator=torch.Generator().manual_seed(0))
-    ds = EpochBatches(x, y, order, 8, AUG, epoch=3)
+    ds = EpochBatches(x, y, order, 8, AUG, 3, default_task())
     late = ds[2]
     assert [len(ds[b][0]) for b in range(len(ds))] == [8, 8, 4]
     assert all(torch.equal(a, b) for a, b in zip(late, ds[2], strict=True))
-    assert torch.equal(EpochBatches(x, y, order, 8, Train(), 3)[0][1], x[order[:8]])
+    assert torch.equal(EpochBatches(x, y, order, 8, Train(), 3, default_task())[0][1],
+                       x[order[:8]])
 
 
 def test_warmup_then_cosine():

@@ -285,7 +285,7 @@ def load_onnx(path, threads: int = 0) -> Model:
 def load_torch(path, threads: int = 0) -> Model:
     import torch
 
-    from stages.lib.models import load_model
+    from stages.tasks import load_model
     from stages.lib.params import DEFAULT_TASK
     from stages.tasks import get
 

@@ -234,27 +234,30 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
                max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB):
     """The FastAPI app serving a loaded tools.inference.Model."""
-    import asyncio
-    import contextlib
-    import logging
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-    from functools import partial
-    from typing import Annotated
+    from fastapi import FastAPI
 
-    import numpy as np
-    from fastapi import FastAPI, File, HTTPException, Request, UploadFile
-    from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, create_model
+    from tools.inference import describe
 
-    from starlette.requests import ClientDisconnect
-
-    from tools.inference import BadImage, describe, load_drafted, read_header
-
-    log = logging.getLogger("uvicorn.error")
     model_info = describe(model, metrics_path)
     state = {"ready": False}
     budget_bytes = int(max_decode_mb * 2**20)
+    responses = response_models(model)
+    app = FastAPI(title="image-pipeline model API", version=model.version,
+                  lifespan=lifespan(model, state, top_k, max_batch, max_wait_ms, budget_bytes),
+                  max_body_size=max_bytes, docs_url=None,
+                  description="Predictions of the exported model. Upload images to /predict.")
+    add_offline_docs(app)
+    add_guards(app, max_bytes)
+    serving = {"max_bytes": max_bytes, "max_pixels": max_pixels, "max_decode_mb": max_decode_mb,
+               "max_batch": max_batch, "top_k": top_k}
+    add_status_routes(app, model, state, model_info, serving, responses[1])
+    add_predict(app, model, responses, max_pixels, budget_bytes)
+    return app
+
+
+def response_models(model) -> tuple:
+    """(PredictResponse, Error): the pydantic models of the answers, for the OpenAPI schema."""
+    from pydantic import BaseModel, create_model
 
     # One image's answer: its filename and the task's prediction fields (classification:
     # label, score, topk), typed for the OpenAPI schema.
@@ -274,8 +277,22 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     class Error(BaseModel):
         detail: str
 
+    return PredictResponse, Error
+
+
+def lifespan(model, state: dict, top_k: int, max_batch: int, max_wait_ms: float,
+             budget_bytes: int):
+    """The app's start (the micro-batcher's worker, a first inference so /ready means the
+    model really runs, the decode budget and threads) and stop."""
+    import asyncio
+    import contextlib
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
     @contextlib.asynccontextmanager
-    async def lifespan(app):
+    async def run(app):
         batcher = MicroBatcher(model, top_k, max_batch, max_wait_ms / 1000)
         worker = asyncio.create_task(batcher.run())
         from stages.lib.images import input_hw
@@ -292,14 +309,23 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
         worker.cancel()
         app.state.decoders.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="image-pipeline model API", version=model.version, lifespan=lifespan,
-                  max_body_size=max_bytes, docs_url=None,
-                  description="Predictions of the exported model. Upload images to /predict.")
-    add_offline_docs(app)
+    return run
+
+
+def add_guards(app, max_bytes: int) -> None:
+    """Answers before or outside the routes: 413 for a body over max_bytes, 400 when the
+    client left mid-body, and 400 (logged loudly) for anything unforeseen."""
+    import logging
+
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from starlette.requests import ClientDisconnect
+
+    log = logging.getLogger("uvicorn.error")
 
     @app.middleware("http")
     async def refuse_large_bodies(request: Request, call_next):
-        # Checked before a byte of the body is read; FastAPI's max_body_size (above) also
+        # Checked before a byte of the body is read; FastAPI's max_body_size (create_app) also
         # counts the bytes of a streamed body that has no Content-Length.
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > max_bytes:
@@ -314,12 +340,19 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
-        # Anything not handled below came out of parsing a request we did not foresee: answer
-        # 400 rather than 500, and log it loudly (the fuzz test fails on this log line).
+        # Anything not handled by the routes came out of parsing a request we did not
+        # foresee: answer 400 rather than 500, and log it loudly (the fuzz test fails on this
+        # log line).
         log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path,
                   exc_info=exc)
         return JSONResponse({"detail": f"cannot process this request ({type(exc).__name__})"},
                             status_code=400)
+
+
+def add_status_routes(app, model, state: dict, model_info: dict, serving: dict, Error) -> None:
+    """GET /health (the process answers), /ready (the model has run once) and /model (its
+    card, the serving limits and how many batches and images it has served)."""
+    from fastapi.responses import JSONResponse
 
     @app.get("/health", summary="Liveness: the process answers")
     async def health() -> dict:
@@ -336,9 +369,21 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     async def model_card() -> dict:
         batcher = getattr(app.state, "batcher", None)
         stats = {"batches": batcher.batches, "images": batcher.images} if batcher else {}
-        return {**model_info, "serving": {"max_bytes": max_bytes, "max_pixels": max_pixels,
-                                          "max_decode_mb": max_decode_mb,
-                                          "max_batch": max_batch, "top_k": top_k, **stats}}
+        return {**model_info, "serving": {**serving, **stats}}
+
+
+def add_predict(app, model, responses: tuple, max_pixels: int, budget_bytes: int) -> None:
+    """POST /predict: every uploaded file decoded (decode_upload), the usable ones predicted
+    in the micro-batcher's batches, one answer per file in upload order."""
+    import logging
+    from typing import Annotated
+
+    from fastapi import File, HTTPException, UploadFile
+
+    from tools.inference import BadImage
+
+    log = logging.getLogger("uvicorn.error")
+    PredictResponse, Error = responses
 
     @app.post("/predict", response_model=PredictResponse,
               summary="Predict the class of one or more uploaded images",
@@ -351,23 +396,12 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     async def predict(files: Annotated[list[UploadFile], File(
             description="One or more image files (multipart/form-data, field `files`)")]):
         images, errors = [], []  # per file: a decoded image or None, and its error
-        budget = app.state.budget
         for index, upload in enumerate(files):
             name = upload.filename or f"file #{index + 1}"
-            source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
             try:
-                loop = asyncio.get_running_loop()
-                cost, draft = await loop.run_in_executor(app.state.decoders, partial(
-                    read_header, source, model.channels, max_pixels, budget_bytes,
-                    model.image_size))
-                await budget.acquire(cost)
-                try:
-                    images.append(await loop.run_in_executor(app.state.decoders, partial(
-                        load_drafted, source, model.image_size, model.channels, draft,
-                        model.letterbox)))
-                    errors.append(None)
-                finally:
-                    await budget.release(cost)
+                images.append(await decode_upload(app, upload, model, max_pixels,
+                                                  budget_bytes))
+                errors.append(None)
             except BadImage as exc:
                 images.append(None)
                 errors.append((exc.kind, name, str(exc)))
@@ -388,7 +422,26 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                      "error": f"{error[0]}: {error[2]}" if error else ""}
                     for upload, error in zip(files, errors, strict=True)]}
 
-    return app
+
+async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
+    """One upload as the model's input, decoded in the decode threads: its header first (the
+    decode's cost, refused past max_pixels or the budget), then the decode itself once that
+    cost fits the shared budget. Raises BadImage for a file that cannot be used."""
+    import asyncio
+    from functools import partial
+
+    from tools.inference import load_drafted, read_header
+
+    source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
+    loop = asyncio.get_running_loop()
+    cost, draft = await loop.run_in_executor(app.state.decoders, partial(
+        read_header, source, model.channels, max_pixels, budget_bytes, model.image_size))
+    await app.state.budget.acquire(cost)
+    try:
+        return await loop.run_in_executor(app.state.decoders, partial(
+            load_drafted, source, model.image_size, model.channels, draft, model.letterbox))
+    finally:
+        await app.state.budget.release(cost)
 
 
 def add_offline_docs(app) -> None:

@@ -3,13 +3,13 @@ copy.
 
 Proves data loading, forward/backward, loss, model save/load, evaluation and ONNX export all
 work with your data and your params before anyone spends hours on a full run. The subset is
-drawn from the configured `data.source` (stages/lib/subset.py: --per-class files of each class,
-or files for tasks without classes, chosen by a hash of --seed and the path); every param is
-yours except data.source, train.epochs and, so that the subset can pass, validate.min_per_class
-(with --sample too).
+drawn from the configured `data.source` (write_subset with stages/lib/subset.py: --per-class
+files of each class, or files for tasks without classes, chosen by a hash of --seed and the
+path); every param is yours except data.source, train.epochs and, so that the subset can
+pass, validate.min_per_class (with --sample too).
 `--sample` (or a data.source that is the built-in sample) uses the built-in data instead, with
-validate.classes emptied (the sample's classes are not yours). Your
-workspace is not touched; the stages' progress is printed as they start.
+validate.classes emptied (the sample's classes are not yours). Your workspace is not touched;
+the stages' progress is printed as they start.
 """
 import shutil
 import sys
@@ -21,6 +21,24 @@ import click
 
 SAMPLE_SOURCE = "data/sample"  # the `sample` stage's out
 SUBSET_DIR = "data/smoke"  # in the temp copy
+
+
+def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> int:
+    """Copy the seeded subset of source (stages/lib/subset.py) into dest, at the same relative
+    paths, with the task's annotation files cut to it; the number of images."""
+    from stages.ingest import walk
+    from stages.lib.subset import choose
+
+    source, dest = Path(source), Path(dest)
+    listing = walk(source)
+    annotations = task.read_annotations(source, listing)
+    chosen = choose(task, annotations, listing, per_group, seed)
+    for rel in chosen:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / rel, dest / rel)
+    dest.mkdir(parents=True, exist_ok=True)
+    task.subset_annotations(source, dest, annotations, set(chosen))
+    return len(chosen)
 
 
 @click.command()
@@ -35,11 +53,11 @@ def main(per_class, epochs, seed, use_sample, keep):
     """Run `dvc repro` on a small subset of data.source in a temp copy and check its outputs."""
     from stages.lib.io import StageError, read_json
     from stages.lib.params import load_all
-    from stages.lib.subset import write_subset
     from stages.tasks import current
     from tools.project import copy_project, dvc
 
     start = time.monotonic()
+    task = current()  # your params must fit your task before anything is copied
     params = load_all()
     source = params["data"].source
     use_sample = use_sample or Path(source) == Path(SAMPLE_SOURCE)
@@ -51,8 +69,9 @@ def main(per_class, epochs, seed, use_sample, keep):
                  "validate.min_per_class": min(params["validate"].min_per_class, per_class)}
     if use_sample:
         # the built-in sample has its own classes: your validate.classes would reject them
-        overrides.update({"data.source": SAMPLE_SOURCE, "sample.per_class": per_class,
-                          "validate.classes": []})
+        overrides.update({"data.source": SAMPLE_SOURCE, "validate.classes": []})
+        if "sample.per_class" in task.task_keys:  # another task's sample has no classes
+            overrides["sample.per_class"] = per_class
     else:
         overrides["data.source"] = SUBSET_DIR
     tmp = Path(tempfile.mkdtemp(prefix="pipeline-smoke-"))
@@ -61,7 +80,7 @@ def main(per_class, epochs, seed, use_sample, keep):
         if use_sample:
             click.echo(f"smoke: the built-in sample, {per_class} per class, {epochs} epoch(s)")
         else:
-            n = write_subset(current(), Path(source), tmp / SUBSET_DIR, per_class, seed)
+            n = write_subset(task, Path(source), tmp / SUBSET_DIR, per_class, seed)
             click.echo(f"smoke: {n} files of {source} ({per_class} per class, seed {seed}), "
                        f"{epochs} epoch(s), your params otherwise")
         from tools.project import git
@@ -80,7 +99,6 @@ def main(per_class, epochs, seed, use_sample, keep):
                 raise StageError(f"smoke: the pipeline finished but {out} is missing.")
         ev = read_json(tmp / "metrics/eval.json")
         ex = read_json(tmp / "logs/export.json")["metrics"]  # the run record: raw figures
-        task = current()
         score = (f", {task.headline_metric} {ev[task.headline_metric]:.3f} (untrained-ish, "
                  f"not a quality check)" if task.headline_metric in ev else "")
         click.echo(f"smoke: OK in {time.monotonic() - start:.1f}s: {ev.get('samples', '?')} "

@@ -100,8 +100,9 @@ def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank:
 
 
 class EpochBatches:
-    """Batch b of one epoch on one rank: the samples `indices[b*bs:(b+1)*bs]`, augmented by the
-    task (image and target together; classification: augment() above, target unchanged).
+    """Batch b of one epoch on one rank: the samples `indices[b*bs:(b+1)*bs]`, augmented by
+    task.augment (image and target together; classification: augment() above, target
+    unchanged).
 
     With plan (bucket_batches' [(indices, width)]), batch b is plan[b]'s samples cut to its
     width (before augmentation), and indices/batch_size are unused.
@@ -110,11 +111,7 @@ class EpochBatches:
     Returns (sample indices, x, y).
     """
 
-    def __init__(self, x, y, indices, batch_size: int, p, epoch: int, task=None, plan=None):
-        if task is None:
-            from stages.tasks import default_task
-
-            task = default_task()
+    def __init__(self, x, y, indices, batch_size: int, p, epoch: int, task, plan=None):
         self.x, self.y, self.indices = x, y, indices
         self.batch_size, self.p, self.epoch, self.task = batch_size, p, epoch, task
         self.augment = augmenting(p)

@@ -1,7 +1,9 @@
 """Every validate check's name and kind, in one place: the shared checks here, a task's own in
 its `checks`. validate, the quarantine, metrics/validation_checks.json and the reports all read them
 from here, so a check's kind is never decided twice."""
-from stages.tasks.base import BLOCKING, DATASET, WARNING
+# a check's kind: blocking stops the run (or quarantines the file), warning is reported,
+# dataset is a finding over the whole usable set (class balance...)
+BLOCKING, WARNING, DATASET = "blocking", "warning", "dataset"
 
 SHARED = {
     "empty": (BLOCKING, "a file of 0 bytes"),
@@ -50,3 +52,27 @@ def warnings(task) -> list[str]:
 
 def dataset(task) -> list[str]:
     return names(task, DATASET)
+
+
+def offenders(df, suite, key: str) -> dict[str, list]:
+    """{check: sorted values of `key` in the rows failing it}, via one great_expectations run
+    of suite [(check, expectation)] over the frame df (validate's checks and a task's own)."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")  # no gx/ folder, no network
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    batch = (ctx.data_sources.add_pandas("gate").add_dataframe_asset("rows")
+             .add_batch_definition_whole_dataframe("all")
+             .get_batch(batch_parameters={"dataframe": df}))
+    gx_suite = gx.ExpectationSuite(name="gate")
+    for check, expectation in suite:
+        expectation.meta = {"check": check}
+        gx_suite.add_expectation(expectation)
+    result = batch.validate(gx_suite, result_format={
+        "result_format": "COMPLETE", "unexpected_index_column_names": [key]})
+    found = {check: [] for check, _ in suite}
+    for r in result.results:  # not in suite order
+        found[r.expectation_config.meta["check"]] = sorted(
+            {row[key] for row in r.result.get("unexpected_index_list") or []})
+    return found

@@ -296,13 +296,3 @@ def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     # contiguous, so it was not copied): torch takes an N x 1 x H x W tensor with a channel
     # stride of 1 for channels-last, and its convolutions then give other bits
     return x.reshape(n, h, w, 1).transpose(0, 3, 1, 2) if c == 1 else x
-
-
-def load_processed(split: str, root="data/processed", torch: bool = False):
-    """(normalised images, targets, meta) of one split written by prepare: indexable views over
-    its memory-mapped shards (stages/lib/shards.py), never the whole split in memory.
-    `x[i]`, `x[a:b]`, `x[indices]` give float32 (N)xCxHxW, normalised per batch; `y[...]` the
-    task's targets; numpy arrays, or torch tensors with torch=True."""
-    from stages.lib.shards import load_split
-
-    return load_split(split, root, torch)

@@ -1,7 +1,8 @@
 """The model.pt format shared by train, evaluate, export and the tools, and weight loading.
 
-A task builds its model (Task.build_model); this module saves and loads it, runs it, and loads
-fine-tuning weights into it. torch is imported inside the functions so `--help` stays instant.
+A task builds its model (Task.build_model); this module saves and reads it, runs it, and loads
+fine-tuning weights into it (stages.tasks.load_model rebuilds a model.pt with its task). torch
+is imported inside the functions so `--help` stays instant.
 """
 import io
 
@@ -24,8 +25,9 @@ def save_model(path, model, meta: dict) -> None:
     write_bytes(path, buf.getvalue())
 
 
-def load_model(path):
-    """Return (model in eval mode, meta) from a model.pt written by save_model."""
+def read_model(path):
+    """(state dict, meta) of a model.pt written by save_model. The task named in meta builds
+    the model (stages.tasks.load_model): this floor knows no task."""
     import torch
 
     from stages.lib.io import StageError
@@ -35,13 +37,7 @@ def load_model(path):
     except FileNotFoundError:
         raise StageError(
             f"{path} not found: run the train stage first (`dvc repro train`).") from None
-    from stages.lib.params import DEFAULT_TASK
-    from stages.tasks import get
-
-    meta = blob["meta"]
-    model = get(meta.get("task", DEFAULT_TASK)).build_model(meta["model"], meta)
-    model.load_state_dict(blob["state_dict"])
-    return model.eval(), meta
+    return blob["state_dict"], blob["meta"]
 
 
 def predict_logits(model, x, batch_size: int = 256):

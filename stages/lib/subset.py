@@ -1,7 +1,7 @@
-"""A small seeded subset of a dataset in its own layout, for tools.smoke: N files per group
-(the task's `subset_group`: classification's classes; one group of files for tasks without
-classes), chosen by a hash of (seed, path) so the same data and seed give the same subset.
-The dataset is only read; the subset is written elsewhere."""
+"""A small seeded subset of a dataset in its own layout, for tools.smoke (write_subset): N files
+per group (the task's `subset_group`: classification's classes; one group of files for tasks
+without classes), chosen by a hash of (seed, path) so the same data and seed give the same
+subset. The dataset is only read; the subset is written elsewhere."""
 import hashlib
 import shutil
 from collections import defaultdict
@@ -38,19 +38,3 @@ def copy_annotations(source: Path, dest: Path, annotations, chosen: set) -> None
         # a link out of the source stays a link: the subset's ingest refuses it as the
         # source's does, and its target's bytes are never copied in
         shutil.copy2(source / rel, dest / rel, follow_symlinks=not outside(source, source / rel))
-
-
-def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> int:
-    """Copy the subset of source into dest (same relative paths); the number of files."""
-    from stages.ingest import walk
-
-    source, dest = Path(source), Path(dest)
-    listing = walk(source)
-    annotations = task.read_annotations(source, listing)
-    chosen = choose(task, annotations, listing, per_group, seed)
-    for rel in chosen:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / rel, dest / rel)
-    dest.mkdir(parents=True, exist_ok=True)
-    task.subset_annotations(source, dest, annotations, set(chosen))
-    return len(chosen)

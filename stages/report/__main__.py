@@ -27,7 +27,9 @@ def main(params_path, with_experiments, out_path):
     """
     from stages.report.facts import dvc_exp_show, gather
     from stages.report.page import render
+    from stages.tasks import current
 
+    task = current(params_path)  # first: params that do not fit the task stop here
     out = Path(out_path) if out_path else (EXPERIMENTS_OUT if with_experiments else OUT)
     if with_experiments and out.resolve() == OUT.resolve():
         raise StageError(f"--experiments cannot write {OUT}: it is a DVC out and must not change "
@@ -41,7 +43,8 @@ def main(params_path, with_experiments, out_path):
         git, shown = git_state(), dvc_exp_show()
         record = LOG_DIR / "export.json"  # this machine's run record: untracked, like the page
         measured = read_json(record).get("metrics") if record.is_file() else None
-    page = render(gather(params_path, out, git=git, experiments=shown, measured=measured))
+    page = render(gather(params_path, out, task, git=git, experiments=shown, measured=measured),
+                  task)
     write_bytes(out, page.encode("utf-8"))
     click.echo(f"report: {out} ({len(page) / 1024:,.0f} KiB)")
 

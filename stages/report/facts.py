@@ -68,18 +68,16 @@ class Facts:
     measured: dict | None = None
 
 
-def gather(params_path, out: Path, git: dict | None = None,
+def gather(params_path, out: Path, task, git: dict | None = None,
            experiments: list | None = None, measured: dict | None = None) -> Facts:
     """Read every input of the page, each file once (a missing file is named in the order
-    the page uses them: the model first)."""
+    the page uses them: the model first). task: the run's (the stage looks it up)."""
     import platform
 
     from stages.lib.checks import all_checks
-    from stages.lib.params import read, task_of
-    from stages.tasks import get
+    from stages.lib.params import read
 
     raw_params = read(params_path)
-    task = get(task_of(raw_params, params_path))
     onnx = onnx_facts()
     headline, export, split = read_json(EVAL), read_json(EXPORT), read_json(SPLIT)
     split_checks = {k: split[k] for k in ("balance", "leakage") if k in split}

@@ -4,32 +4,21 @@ from stages.report.facts import Facts
 from stages.report.html import document, esc, fmt
 
 
-def task_sections(facts: Facts) -> list[tuple[str, str, str]]:
-    """(id, title, html) of the task's own sections: for classification, the evaluation."""
-    from stages.tasks import get
-
-    return get(facts.task).report_sections(facts)
-
-
-def task_headline(facts: Facts) -> list[tuple[str, object]]:
-    """(label, value) of the task's headline numbers in the page header."""
-    from stages.tasks import get
-
-    return get(facts.task).headline(facts)
-
-
-def all_sections(facts: Facts) -> list[tuple[str, str, str]]:
-    """Generic sections before, then the task's, then generic after."""
+def all_sections(facts: Facts, task) -> list[tuple[str, str, str]]:
+    """Generic sections before, then the task's own (for classification, the evaluation),
+    then generic after."""
     return ([(key, title, make(facts)) for key, title, make in sections.BEFORE]
-            + task_sections(facts)
+            + task.report_sections(facts)
             + [(key, title, make(facts)) for key, title, make in sections.AFTER])
 
 
-def render(facts: Facts) -> str:
-    """The page. facts.git and facts.experiments are given only for the (untracked) human page."""
-    parts = all_sections(facts)
+def render(facts: Facts, task) -> str:
+    """The page, with the run's task's sections and headline numbers (the stage looks the task
+    up: this floor is below the tasks). facts.git and facts.experiments are given only for the
+    (untracked) human page."""
+    parts = all_sections(facts, task)
     images = sum(sum(v.values()) for v in facts.split.values())
-    tops = [*task_headline(facts), ("test images", facts.eval.get("samples")),
+    tops = [*task.headline(facts), ("test images", facts.eval.get("samples")),
             ("images", images), ("ONNX parity", facts.export.get("parity")),
             ("kernels", facts.onnx["metadata"].get("kernels")),
             ("ONNX max |diff|", (facts.measured or {}).get("max_abs_diff"))]

@@ -39,10 +39,45 @@ def default_task():
 
 
 def current(params_path="params.yaml"):
-    """The task params.yaml selects."""
-    from stages.lib.params import task_name
+    """The task params.yaml selects, once every param is checked against it (check_params).
+    Every stage looks its task up here first, so a params file that does not fit its task
+    stops the pipeline before any stage works."""
+    from stages.lib.params import parse_all, read, task_of
 
-    return get(task_name(params_path))
+    raw = read(params_path)
+    task = get(task_of(raw, params_path))
+    check_params(task, parse_all(raw, params_path), params_path)
+    return task
+
+
+INIT = "python -m tools.init --task {task}"  # writes a params.yaml that fits the task
+
+
+def check_params(task, params: dict, path="params.yaml") -> None:
+    """Stop, naming every key of params ({section: typed params}) that does not fit the task
+    (Task.param_problems: another task's model, channels or keys left in), in one message."""
+    from stages.lib.io import StageError
+
+    others = [get(name) for name in available() if name != task.name]
+    problems = task.param_problems(params, others)
+    if problems:
+        lines = "".join(f"\n  - {line}" for line in problems)
+        raise StageError(
+            f"{path}: {len(problems)} param(s) do not fit task {task.name} (left from another "
+            f"task?):{lines}\nStart from the task's own params with "
+            f"`{INIT.format(task=task.name)}`, or fix each key in {path}.")
+
+
+def load_model(path):
+    """(model in eval mode, meta) of a model.pt (stages/lib/models.py save_model), rebuilt by
+    the task it names (classification when it names none: files from before tasks)."""
+    from stages.lib.models import read_model
+    from stages.lib.params import DEFAULT_TASK
+
+    state, meta = read_model(path)
+    model = get(meta.get("task", DEFAULT_TASK)).build_model(meta["model"], meta)
+    model.load_state_dict(state)
+    return model.eval(), meta
 
 
 def code_files(task) -> list[Path]:

@@ -14,7 +14,7 @@ The order of the sections follows the pipeline.
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BLOCKING, WARNING, DATASET = "blocking", "warning", "dataset"
+from stages.lib.checks import BLOCKING, DATASET, WARNING  # noqa: F401 (the tasks' import)
 
 
 @dataclass
@@ -112,6 +112,77 @@ class Task:
             ("prepare.mean", "auto", "per channel, the prepared train split's"),
             ("prepare.std", "auto", "per channel, the prepared train split's"),
         ]
+
+    # ---- params: checked before any stage works (stages.tasks.current)
+
+    # train.model names the task builds, its default first; () = not declared (not checked)
+    models: tuple = ()
+    # dotted params keys that only some tasks read, each task listing those it reads. Set away
+    # from its default under a task that does not list it, such a key is a leftover of
+    # another task (train.aug_stretch under classification)
+    task_keys: tuple = ()
+    # prepare.channels values that fit the task's data ("auto": chosen from the data)
+    channels: tuple = (1, 3, "auto")
+    # the smallest prepare.image_size (pixels per side) the task's models take
+    min_image_size = 1
+
+    def param_problems(self, params: dict, others: list) -> list[str]:
+        """Why the typed params ({section: params}, each already valid on its own) do not fit
+        this task: one line per bad key, naming the key, its value and what the task takes;
+        [] when they fit. others: the other tasks, whose `models` and `task_keys` tell a
+        leftover from another task. Every stage runs this first, so a half-switched
+        params.yaml stops before any stage works. Default: train.model among `models`,
+        prepare.channels among `channels` (with mean and std to match), prepare.image_size at
+        least `min_image_size`, prepare.letterbox only where the task has one, and no other
+        task's key set. A task with further needs adds to this list."""
+        prepare = params["prepare"]
+        out = [self.model_problem(params["train"].model, others)]
+        if prepare.channels not in self.channels:
+            wanted = [c for c in self.channels if c != "auto"]
+            out.append(f"prepare.channels: {prepare.channels}, but {self.name} takes "
+                       f"{' or '.join(map(str, wanted))} (RGB) or auto (grey only when every "
+                       f"image is)")
+            for key in ("mean", "std"):
+                value = getattr(prepare, key)
+                if isinstance(value, list) and len(wanted) == 1 and len(value) != wanted[0]:
+                    out.append(f"prepare.{key}: {value} has {len(value)} value(s); "
+                               f"{wanted[0]} channels need {wanted[0]} (or auto)")
+        if isinstance(prepare.image_size, int) and prepare.image_size < self.min_image_size:
+            out.append(f"prepare.image_size: {prepare.image_size} px is too small for "
+                       f"{self.name}: at least {self.min_image_size} (or auto)")
+        if prepare.letterbox is True and self.letterbox is None:
+            out.append(f"prepare.letterbox: true, but {self.name}'s targets do not follow a "
+                       f"letterbox: set auto or false")
+        return [line for line in out if line] + self.leftover_keys(params, others)
+
+    def model_problem(self, name: str, others: list) -> str:
+        """Why train.model does not fit ("" when it does): a name outside `models`, said to be
+        another task's when it is."""
+        if not self.models or name in self.models:
+            return ""
+        owner = next((t.name for t in others if name in t.models), "")
+        what = (f"{'an' if owner[0] in 'aeiou' else 'a'} {owner} model" if owner
+                else f"not a model {self.name} builds")
+        builds = self.models[0] if len(self.models) == 1 else (
+            f"{', '.join(self.models)} ({self.models[0]} is its default)")
+        return f"train.model: {name!r} is {what}; {self.name} builds {builds}"
+
+    def leftover_keys(self, params: dict, others: list) -> list[str]:
+        """Another task's task_keys this task does not read, set away from their defaults."""
+        owners = {}
+        for other in others:
+            for key in other.task_keys:
+                if key not in self.task_keys:
+                    owners.setdefault(key, []).append(other.name)
+        out = []
+        for key in sorted(owners):
+            section, name = key.split(".")
+            value, default = getattr(params[section], name), getattr(
+                type(params[section])(), name)
+            if value != default:
+                out.append(f"{key}: {value!r} is read by {' and '.join(sorted(owners[key]))} "
+                           f"only; {self.name} ignores it: remove it (default {default!r})")
+        return out
 
     # ---- sample: the built-in dataset, byte-identical on every machine
 

@@ -29,6 +29,18 @@ class Classification(Task):
         ("validate.on_error", "fail stops on the first bad file; quarantine trains without "
                               "them and lists them"),
     )
+    models = ("small_cnn",)  # or a torchvision classifier by name (model_problem)
+    task_keys = ("sample.per_class", "train.label_smoothing", "evaluate.calibration_bins")
+
+    def model_problem(self, name, others):
+        """small_cnn or any torchvision classifier: only another task's model is refused
+        here (an unknown name fails in train, which asks torchvision without slowing down
+        every stage's start)."""
+        owner = next((t.name for t in others if name in t.models), "")
+        if name in self.models or not owner:
+            return ""
+        return (f"train.model: {name!r} is a {owner} model; classification builds small_cnn "
+                f"(its default) or a torchvision classifier such as resnet18")
 
     def sample(self, params_path):
         from stages.lib.params import load

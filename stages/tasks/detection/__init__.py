@@ -49,6 +49,16 @@ class Detection(Task):
                                     "when every image should have boxes"),
     )
 
+    # model.py's CENTERNETS, then torchvision_detectors.py's DETECTORS (a test keeps them equal)
+    models = ("centernet_small", "centernet_medium", "fasterrcnn_mobilenet_v3_large_320_fpn",
+              "ssdlite320_mobilenet_v3_large", "fcos_resnet50_fpn", "retinanet_resnet50_fpn")
+    task_keys = ("sample.images", "validate.min_box_px", "validate.box_tolerance",
+                 "validate.require_labels", "evaluate.score_threshold",
+                 "export.score_threshold")
+    # photos: RGB (auto still gives grey when every image is); the backbones stride to 1/32
+    channels = (3, "auto")
+    min_image_size = 32
+
     def __init__(self):
         self._found = {}
 

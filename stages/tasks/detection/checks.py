@@ -103,7 +103,7 @@ def box_suite(p, names):
 
 def box_findings(rows, ok, p) -> dict:
     """{check: {file path: [(where, why)]}} over the box table."""
-    from stages.validate import offenders
+    from stages.lib.checks import offenders
 
     frame, where = box_frame(rows, ok, p)
     if not len(frame):

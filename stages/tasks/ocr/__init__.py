@@ -56,6 +56,22 @@ class OCR(Task):
                                  "width only"),
     )
 
+    models = ("crnn",)
+    task_keys = ("sample.lines", "validate.charset", "validate.max_aspect", "train.aug_stretch",
+                 "train.aug_blur", "prepare.height", "prepare.width", "prepare.width_buckets",
+                 "export.width_buckets")
+
+    def param_problems(self, params, others):
+        """Besides the defaults: text lines (prepare.height, a multiple of 8 for the CRNN's
+        pooling, and prepare.width), not square images."""
+        out = super().param_problems(params, others)
+        height = params["prepare"].height
+        if not height or height % 8:
+            out.append(f"prepare.height: {height}, but ocr reads text lines: set a height "
+                       f"that is a multiple of 8 (the sample's: 32) and prepare.width "
+                       f"(the sample's: 192)")
+        return out
+
     geometry = (32, 192)  # (prepare.height, prepare.width), set by configure()
 
     def configure(self, params):

@@ -42,6 +42,23 @@ class Segmentation(Task):
         ("validate.on_error", "fail stops on any bad mask; quarantine trains without them"),
     )
 
+    rgb_models = ("lraspp_mobilenet_v3_large", "deeplabv3_mobilenet_v3_large")  # TORCHVISION
+    models = ("unet", "small_unet", *rgb_models)  # model.py's (a test keeps them equal)
+    task_keys = ("sample.images",)
+
+    def param_problems(self, params, others):
+        """Besides the defaults: sides a multiple of 8 (the U-Net pools three times), and RGB
+        for torchvision's segmenters (the U-Net takes grey too)."""
+        prepare, model = params["prepare"], params["train"].model
+        out = super().param_problems(params, others)
+        if isinstance(prepare.image_size, int) and prepare.image_size % 8:
+            out.append(f"prepare.image_size: {prepare.image_size} is not a multiple of 8, "
+                       f"which the segmenters need (or auto)")
+        if model in self.rgb_models and prepare.channels == 1:
+            out.append(f"prepare.channels: 1, but train.model {model} takes RGB: set 3 "
+                       f"(or auto)")
+        return out
+
     def sample(self, params_path):
         from stages.lib.params import load
         from stages.tasks.segmentation.sample import sample_files

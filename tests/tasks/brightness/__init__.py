@@ -14,6 +14,7 @@ class Brightness(Task):
     val_higher_is_better = False
     output_names = ("brightness",)
     headline_metric = "mae"
+    task_keys = ("sample.per_class",)  # its sample is classification's digits
 
     def sample(self, params_path):  # the digits, as classification writes them
         from stages.lib.params import load
