@@ -55,7 +55,11 @@ def test_the_session_runs_params_fit_their_task(tmp_path, task, params):
 
 
 def test_detection_with_the_classification_params_left_in_names_every_key(tmp_path):
-    message = problems(tmp_path, {"task": "detection"})
+    """The committed params.yaml (auto prepare settings) names the model alone, in
+    test_every_task_names_the_classification_leftovers; here a grey 16 px prepare too."""
+    # the committed params with a grey digits-style prepare (16 px, 1 channel, one mean/std)
+    message = problems(tmp_path, {"task": "detection", "prepare.image_size": 16,
+                                  "prepare.channels": 1})
     lines = message.splitlines()
     assert lines[0] == (f"{tmp_path / 'params.yaml'}: 5 param(s) do not fit task detection "
                         f"(left from another task?):")
@@ -69,6 +73,7 @@ def test_detection_with_the_classification_params_left_in_names_every_key(tmp_pa
 
 
 @pytest.mark.parametrize("task, keys", [
+    ("detection", ["train.model"]),
     ("segmentation", ["train.model"]),
     ("ocr", ["train.model", "prepare.height"]),
 ])
@@ -104,7 +109,8 @@ def test_each_task_refuses_what_its_models_cannot_take(tmp_path):
     assert "prepare.image_size: 20 is not a multiple of 8" in problems(
         tmp_path, {**segmentation_params(), "task": "segmentation", "prepare.image_size": 20})
     assert "train.model lraspp_mobilenet_v3_large takes RGB" in problems(
-        tmp_path, {"task": "segmentation", "train.model": "lraspp_mobilenet_v3_large"})
+        tmp_path, {"task": "segmentation", "train.model": "lraspp_mobilenet_v3_large",
+                   "prepare.channels": 1})
     assert problems(tmp_path, {"task": "segmentation", "train.model": "unet"}) == ""  # grey
     assert "prepare.height: 36, but ocr reads text lines" in problems(
         tmp_path, {**ocr_params(), "task": "ocr", "prepare.height": 36, "prepare.width": 192})
