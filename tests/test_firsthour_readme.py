@@ -388,7 +388,8 @@ def test_readme_own_data_commands_run_as_printed(trained_project, tmp_path):
     project = copy_run(trained_project, tmp_path / "project")
     output = run_scenario(project, tmp_path, own, "own", run_on_a_page(every))
     assert output.rstrip().endswith("@@ all done")
-    assert "prepare.channels: 3 (auto" in output  # the own data was trained at its own settings
+    assert "prepare.channels: 3 (" in output  # the own data was trained at its own settings
+    assert "init: task classification on data/raw" in output
     compared = json.loads((project / "metrics/eval.json").read_text())
     assert "compare_with" in compared
 

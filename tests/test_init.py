@@ -146,4 +146,20 @@ def test_params_text_sets_values_in_place_and_refuses_what_it_cannot_edit():
         "task: a   # the task\ntrain:\n  model: small_cnn       # the model\n")  # as before
     assert render("16") == "'16'" and render("auto") == "auto" and render(None) == "null"
     with pytest.raises(ValueError, match="could not be edited in place"):
-        edit("prepare:\n  mean:\n    - 0.5\n", {"prepare.mean": [0.5, 0.5]})
+        edit("prepare:\n  mean: &m [0.5]\n  std: *m\n", {"prepare.mean": [0.5, 0.5]})
+
+
+def test_params_text_replaces_block_style_lists_whole():
+    """A params.yaml written by yaml.safe_dump holds lists in block style (`mean:` then `- 0.5`
+    lines): the edit replaces the whole value and keeps the comment lines below it."""
+    import yaml
+
+    from tools.params_text import edit
+
+    text = ("task: classification\nprepare:\n  image_size: 16   # size\n  mean:\n  - 0.5\n"
+            "  - 0.4\n                   # a comment line\n  std:\n    - 0.5\n  channels: 1\n"
+            "train:\n  epochs: 1\n")
+    out = edit(text, {"prepare.mean": "auto", "prepare.std": [0.25, 0.25]})
+    assert yaml.safe_load(out)["prepare"] == {"image_size": 16, "mean": "auto",
+                                              "std": [0.25, 0.25], "channels": 1}
+    assert "# a comment line" in out and "- 0.4" not in out

@@ -78,6 +78,21 @@ def edit(text: str, values: dict) -> str:
     return out
 
 
+def value_end(lines: list, i: int, indent: int) -> int:
+    """The index after the value that starts on line i: a block-style value (`key:` then
+    `  - item` lines, or a deeper mapping, as yaml.safe_dump writes lists) runs on over its
+    more-indented lines and its `- ` items at the key's indent; comment lines stay."""
+    j = i + 1
+    while j < len(lines):
+        stripped = lines[j].lstrip(" ")
+        depth = len(lines[j]) - len(stripped)
+        if not stripped.strip() or stripped.startswith("#") or not (
+                depth > indent or depth == indent and stripped.startswith("- ")):
+            break
+        j += 1
+    return j
+
+
 def set_value(lines: list, section: str, key: str, value, column: int) -> list:
     current, end = None, None  # the section being read; the index after its last line
     for i, line in enumerate(lines):
@@ -85,13 +100,15 @@ def set_value(lines: list, section: str, key: str, value, column: int) -> list:
         if top:
             current = top.group(1)
             if not section and current == key:
-                return [*lines[:i], set_line(line, f"{key}:", value, column), *lines[i + 1:]]
+                return [*lines[:i], set_line(line, f"{key}:", value, column),
+                        *lines[value_end(lines, i, 0):]]
             continue
         nested = NESTED.match(line)
         if current == section and section:
             if nested and nested.group(2) == key:
                 head = f"  {key}:"
-                return [*lines[:i], set_line(line, head, value, column), *lines[i + 1:]]
+                return [*lines[:i], set_line(line, head, value, column),
+                        *lines[value_end(lines, i, 2):]]
             if line.strip():
                 end = i + 1
     if not section:
