@@ -16,8 +16,14 @@ from tests.conftest import ROOT, run_stage, write_image
 
 
 def params(tmp, source, task="detection", **validate):
+    """params.yaml of the task's recipe (its sample_params) on source."""
+    from stages.tasks import get
+
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["task"] = task
+    for dotted, value in get(task).sample_params.items():
+        section, key = dotted.split(".")
+        raw[section][key] = value
     raw["data"]["source"] = str(source)
     raw["validate"].update(near_dup_distance=-1, **validate)
     (tmp / "params.yaml").write_text(yaml.safe_dump(raw))

@@ -155,7 +155,8 @@ def test_dvc_repro_of_a_half_switched_project_stops_before_any_stage_works(proje
     naming the keys and the init command, and no stage wrote anything."""
     from tools.project import dvc, git, set_params
 
-    set_params(project, {"task": "detection"})
+    # the committed params with the digits' grey 16 px prepare written out, as a user had them
+    set_params(project, {"task": "detection", "prepare.channels": 1, "prepare.image_size": 16})
     git(project, "commit", "-qam", "switch the task only")
     proc = dvc(project, "repro", check=False)
     out = proc.stdout + proc.stderr

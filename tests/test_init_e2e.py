@@ -25,7 +25,7 @@ from tools.project import copy_project, dvc, git
 from tools.params_text import edit
 
 FULL = ("yolo", "ocr_list")  # the whole pipeline; the others through prepare
-TINY = {"sample.per_class": 1, "sample.images": 2, "sample.lines": 2, "train.epochs": 1,
+TINY = {"train.epochs": 1,
         "train.warmup_epochs": 0, "train.batch_size": 4, "evaluate.bad_cases": 2,
         "split.test": 0.3}
 

@@ -172,7 +172,7 @@ def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from stages.lib.images import load_processed
+    from stages.lib.shards import load_split
     from stages.lib.params import load
     from stages.tasks import current
     from stages.train import setup
@@ -181,7 +181,7 @@ def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
     monkeypatch.chdir(project)
     p = load("train")
     task = current()
-    x, y, meta = load_processed("train", torch=True)
+    x, y, meta = load_split("train", torch=True)
     run_state = setup(dataclasses.replace(p, adapter="none"), meta, task)
     model, opt = run_state["model"], run_state["opt"]
     seen = set()

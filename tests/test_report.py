@@ -215,18 +215,28 @@ def test_every_input_is_read_once_per_render(run, monkeypatch):
 
     root, opened, real_open = Path(os.path.abspath(run)), Counter(), builtins.open
 
-    def counting_open(file, *args, **kwargs):
+    real_os_open = os.open
+
+    def count(file):
         if isinstance(file, (str, os.PathLike)):
             path = Path(os.path.abspath(file))
             if path.is_relative_to(root):
                 opened[path.relative_to(root).as_posix()] += 1
+
+    def counting_open(file, *args, **kwargs):
+        count(file)
         return real_open(file, *args, **kwargs)
+
+    def counting_os_open(file, *args, **kwargs):  # user YAML: read_yaml opens with os.open
+        count(file)
+        return real_os_open(file, *args, **kwargs)
 
     monkeypatch.chdir(run)
     task = get("classification")
     with monkeypatch.context() as patch:
         patch.setattr(builtins, "open", counting_open)  # open(...)
         patch.setattr(io, "open", counting_open)  # Path.read_text, Path.read_bytes
+        patch.setattr(os, "open", counting_os_open)
         page = render(facts.gather("params.yaml", facts.OUT, task), task)
     assert {name: n for name, n in opened.items() if n > 1} == {}
     curves = {p.relative_to(run).as_posix() for p in (run / facts.CURVES).rglob("*.tsv")}

@@ -136,6 +136,10 @@ def use(profile: str, threads: int, echo=None) -> dict:
                 f"({', '.join(f'{k}={v}' for k, v in sorted(wrong.items()))}); call "
                 "stages.lib.kernels.use() before the first `import torch`.")
     set_environment(applied)
+    from stages.lib.cores import concurrent_jobs
+
+    if threads and concurrent_jobs() > 1:  # fixed threads on a shared machine: OpenMP's
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # spinning would steal the others' cores
     import contextlib
 
     import torch
