@@ -158,8 +158,3 @@ def use(profile: str, threads: int, echo=None) -> dict:
     return {"kernels": applied, "threads": torch.get_num_threads(), "threads_fixed": bool(threads),
             "capability": torch.backends.cpu.get_cpu_capability(), "fallback": why}
 
-
-def subprocess_env(profile: str, environ=None) -> dict:
-    """The environment for a child process (torchrun, a worker) that runs under `profile`."""
-    environ = dict(os.environ if environ is None else environ)
-    return portable_env(environ) if resolve(profile)[0] == PORTABLE else environ
