@@ -12,8 +12,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_two_queued_experiments_run_at_once_without_clobbering(tmp_path):
+    # one thread per process: three processes (one under torchrun with two) share 2 cores
     root = copy_project(ROOT, tmp_path / "project",
-                        params={"sample.per_class": 10, "train.epochs": 2})
+                        params={"sample.per_class": 10, "train.epochs": 2, "train.threads": 1})
     dvc(root, "repro")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "baseline")
