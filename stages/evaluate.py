@@ -34,10 +34,9 @@ def main(params_path):
 
     task = current(params_path)  # first: params that do not fit the task stop here
     p = load("evaluate", params_path)
-    from stages.lib.kernels import use
+    from stages.lib.kernels import use_trained
 
-    trained = load("train", params_path)  # the model's kernel profile and thread count
-    kernels = use(trained.kernels, trained.threads, click.echo)  # before torch loads
+    kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
     from stages.lib.models import no_weights, predict_bucketed, predict_logits
     from stages.lib.provenance import run_record, write_run_record
     from stages.lib.shards import View, images_view, load_split, load_widths

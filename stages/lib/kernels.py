@@ -158,3 +158,11 @@ def use(profile: str, threads: int, echo=None) -> dict:
     return {"kernels": applied, "threads": torch.get_num_threads(), "threads_fixed": bool(threads),
             "capability": torch.backends.cpu.get_cpu_capability(), "fallback": why}
 
+
+def use_trained(params_path, echo=None) -> dict:
+    """use() with the train section's profile and threads: evaluate and export run the model
+    under the kernels that trained it."""
+    from stages.lib.params import load
+
+    trained = load("train", params_path)
+    return use(trained.kernels, trained.threads, echo)
