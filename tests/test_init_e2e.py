@@ -3,13 +3,12 @@
 For every layout (tests/layouts.py: ImageFolder, labels.csv, YOLO, COCO, masks, nnU-Net, an
 OCR line list) init runs in a fresh project copy and must name the layout, choose the split
 mode (given where the data has its own split, a missing test or val carved from train) and fit
-prepare's settings to the data; then `dvc repro` runs on a tiny budget (1 epoch, a 2-image
-built-in sample) and data/processed/meta.json must hold the fitted settings. Two layouts run
-the whole pipeline (YOLO with train/val only: the carved test split is evaluated and exported;
-the OCR list); the other five run through `prepare` (dvc repro prepare), which is where
-init's choices take effect, to keep the file to about two minutes on two cores. The data is
-hashed before and after: neither init nor the pipeline touches it. A user who changes only
-data.source in the committed params.yaml gets settings from their data too."""
+prepare's settings to the data; then `dvc repro` runs every stage on a tiny budget (1 epoch,
+a 2-image built-in sample): data/processed/meta.json must hold the fitted settings, the split
+the chosen mode, and the model must be evaluated (the task's headline metric), exported with
+parity passed and reported. The data is hashed before and after: neither init nor the pipeline
+touches it. A user who changes only data.source in the committed params.yaml gets settings
+from their data too."""
 import hashlib
 import json
 import re
@@ -24,7 +23,6 @@ from tests.layouts import LAYOUTS, imagefolder
 from tools.project import copy_project, dvc, git
 from tools.params_text import edit
 
-FULL = ("yolo", "ocr_list")  # the whole pipeline; the others through prepare
 TINY = {"train.epochs": 1,
         "train.warmup_epochs": 0, "train.batch_size": 4, "evaluate.bad_cases": 2,
         "split.test": 0.3}
@@ -80,7 +78,7 @@ def test_init_fits_each_layout_and_the_pipeline_runs(tmp_path, name):
     text = edit((project / "params.yaml").read_text(), TINY)
     (project / "params.yaml").write_text(text)
     git(project, "commit", "-qam", "init + a tiny budget")
-    repro = dvc(project, "repro", *(() if name in FULL else ("prepare",)))
+    repro = dvc(project, "repro")
     assert snapshot(data) == before  # nothing rewritten, added or deleted
 
     meta = json.loads((project / "data/processed/meta.json").read_text())
@@ -105,11 +103,11 @@ def test_init_fits_each_layout_and_the_pipeline_runs(tmp_path, name):
         assert all(splits[c] and splits[c] < given["train"] for c in expected["carved"])
         for carved in expected["carved"]:
             assert f"the data has no {carved} split of its own" in repro.stdout
-    if name in FULL:
-        assert (project / "models/model.onnx").is_file()
-        headline = json.loads((project / "metrics/eval.json").read_text())
-        assert task.headline_metric in headline
-        assert "Running stage 'report'" in repro.stdout
+    assert (project / "models/model.onnx").is_file()
+    headline = json.loads((project / "metrics/eval.json").read_text())
+    assert task.headline_metric in headline
+    assert json.loads((project / "metrics/export.json").read_text())["parity"] == "passed"
+    assert "Running stage 'report'" in repro.stdout
 
 
 @pytest.mark.e2e
