@@ -10,6 +10,8 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+if "PYTEST_XDIST_WORKER" in os.environ:  # two workers' trainings share the cores: OpenMP's
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spin-waits would steal them
 
 
 def write_image(path, size=(16, 16), mode="L", fmt=None, seed=0):
@@ -85,21 +87,55 @@ def venv_elsewhere(link) -> Path:
     return python
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """`build(folder)` run once per test session, also when pytest-xdist's workers share it
+    (setup.cfg runs two): the first worker to need it builds it under a file lock in the run's
+    common temp folder, and the others wait for it and get the same result (a path, or a tuple
+    of paths). A failed build is not remembered: the next worker to need it tries again."""
+    import json
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    common = tmp_path_factory.getbasetemp().parent / "built-once"
+    common.mkdir(exist_ok=True)
+    done = common / f"{name}.json"
+    with FileLock(str(common / f"{name}.lock")):
+        if not done.exists():
+            folder = common / name
+            folder.mkdir()
+            result = build(folder)
+            paths = [str(p) for p in result] if isinstance(result, tuple) else str(result)
+            done.write_text(json.dumps(paths))
+    paths = json.loads(done.read_text())
+    return tuple(Path(p) for p in paths) if isinstance(paths, list) else Path(paths)
+
+
 @pytest.fixture(scope="session")
 def trained_project(tmp_path_factory):
     """A project copy on which `dvc repro` ran once with TINY_RUN (20 images per class, 1
     epoch), committed: a real models/model.pt, models/model.onnx, metrics, plots and report.
     Shared by every test that needs a run (session scope, one pipeline run); treat it as
     read-only, and take a `copy_run` of it to change anything."""
+    return built_once(tmp_path_factory, "trained", lambda folder: full_run(
+        folder, TINY_RUN, "tiny run"))
+
+
+STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
+          "report"]
+
+
+def full_run(folder: Path, params: dict, message: str) -> Path:
+    """A committed project copy in folder/project with params (dotted keys) on which one
+    `dvc repro` ran every stage, in order, committed."""
     from tools.project import copy_project, dvc, git
 
-    dest = copy_project(ROOT, tmp_path_factory.mktemp("trained") / "project", params=TINY_RUN)
+    dest = copy_project(ROOT, folder / "project", params=params)
     proc = dvc(dest, "repro")
-    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
-        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
-        "report"]  # every stage, in order
+    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == STAGES, proc.stdout
     git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "tiny run")
+    git(dest, "commit", "-qm", message)
     return dest
 
 
@@ -131,17 +167,8 @@ def detection_params(extra: dict | None = None) -> dict:
 def task_run(tmp_path_factory, task: str, params: dict) -> Path:
     """A committed project copy with `task: <task>` and params (dotted keys) on which one
     `dvc repro` ran every stage, committed: each task's shared tiny run."""
-    from tools.project import copy_project, dvc, git
-
-    dest = copy_project(ROOT, tmp_path_factory.mktemp(task) / "project",
-                        params={"task": task, **params})
-    proc = dvc(dest, "repro")
-    assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [
-        "sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
-        "report"]
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", f"tiny {task} run")
-    return dest
+    return built_once(tmp_path_factory, task, lambda folder: full_run(
+        folder, {"task": task, **params}, f"tiny {task} run"))
 
 
 @pytest.fixture(scope="session")
@@ -189,14 +216,8 @@ def formats_project(tmp_path_factory):
     """A committed project copy on which `dvc repro` ran once with FORMATS_RUN: model.onnx plus
     models/openvino/, models/int8/ and (no GPU here) an empty models/tensorrt/. Read-only:
     take a `copy_run` of it to change anything."""
-    from tools.project import copy_project, dvc, git
-
-    dest = copy_project(ROOT, tmp_path_factory.mktemp("formats") / "project",
-                        params=FORMATS_RUN)
-    dvc(dest, "repro")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-qm", "formats run")
-    return dest
+    return built_once(tmp_path_factory, "formats", lambda folder: full_run(
+        folder, FORMATS_RUN, "formats run"))
 
 
 OWN_DATA_RUN = {"data.source": "data/mine", "validate.on_error": "quarantine",
@@ -210,10 +231,13 @@ def own_data_project(tmp_path_factory):
     (tests/owndata.py: 3 colour classes of 48x48 RGB, two JPEGs, one corrupt file) with
     prepare's auto settings, after one `dvc repro`, committed. Its repro output is in
     ../repro.log. Read-only: take a `copy_run` of it to change anything."""
+    return built_once(tmp_path_factory, "owndata", own_data_run)
+
+
+def own_data_run(base: Path) -> Path:
     from tests.owndata import own_dataset
     from tools.project import copy_project, dvc, git
 
-    base = tmp_path_factory.mktemp("owndata")
     dest = copy_project(ROOT, base / "project", params=OWN_DATA_RUN, git_init=False)
     own_dataset(dest / "data/mine")
     git(dest, "init", "-q")
@@ -247,11 +271,16 @@ def incremental_project(trained_project, tmp_path_factory):
     kept as weights/v1.pt (`dvc add`), then the sample grown by 20% (20 -> 24 images per class)
     and `dvc repro` with train.init_from and evaluate.compare_with naming weights/v1.pt.
     Returns (old project, new project); read-only: take a copy_run to change anything."""
+    return trained_project, built_once(tmp_path_factory, "incremental",
+                                       lambda folder: grown_run(trained_project, folder))
+
+
+def grown_run(trained_project: Path, folder: Path) -> Path:
     import shutil
 
     from tools.project import dvc, git, set_params
 
-    dest = copy_run(trained_project, tmp_path_factory.mktemp("incremental") / "project")
+    dest = copy_run(trained_project, folder / "project")
     shutil.copy2(dest / "models/model.pt", dest / "weights/v1.pt")
     dvc(dest, "add", "weights/v1.pt")
     set_params(dest, {"sample.per_class": 24, "train.init_from": "weights/v1.pt",
@@ -260,7 +289,7 @@ def incremental_project(trained_project, tmp_path_factory):
     assert "Running stage 'train'" in proc.stdout and "Running stage 'evaluate'" in proc.stdout
     git(dest, "add", "-A")
     git(dest, "commit", "-qm", "fine-tuned on grown data")
-    return trained_project, dest
+    return dest
 
 
 def wait_ready(proc, url: str, log_path, timeout: float = 90) -> None:
