@@ -6,15 +6,15 @@ undecodable masks).
 Permission cases drop root's CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH with `setpriv`
 (tests/test_hardening.py), so a mode-000 folder is unreadable even to root.
 """
-import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_tool, write_image
-from tests.test_hardening import can_drop_dac, onnx_model, predict, rows_of  # noqa: F401
+from tests import test_hardening
+from tests.conftest import run_tool, write_image
+from tests.test_hardening import can_drop_dac, predict, rows_of
+
+onnx_model = test_hardening.onnx_model  # the fake project's exported model (a session fixture)
 
 
 # --- 11. a glob over an unreadable folder gives it an `unreadable` row -------------------

@@ -133,7 +133,9 @@ def _walk_real(top: str, seen: dict, links: list):
 
 def _glob(pattern: str):
     """glob.glob(pattern, recursive=True), except that `**` descends each real folder once
-    (by st_dev and st_ino; symlinked folders after the real tree): loops are not followed."""
+    (by st_dev and st_ino; symlinked folders after the real tree): loops are not followed,
+    and a folder the pattern must list but cannot (no permission, an I/O error) is a Problem
+    (`unreadable`), as walk() gives it, instead of silently matching nothing."""
     import fnmatch
 
     drive, rest = os.path.splitdrive(pattern)
@@ -142,7 +144,9 @@ def _glob(pattern: str):
     found, seen, links = set(), set(), []
 
     def listing(folder):
-        entries, _ = _scan(folder or ".")
+        entries, error = _scan(folder or ".")
+        if error and os.path.isdir(folder or "."):  # a path that is no folder: no match
+            found.add(Problem(os.path.normpath(folder or "."), error))
         return entries or []
 
     def match(folder, parts):
@@ -192,7 +196,10 @@ def expand(source: str, allow_glob: bool = True):
         yield from walk(source)
     elif allow_glob and glob.has_magic(source) and not os.path.exists(source):
         for match in _glob(source):
-            yield from walk(match) if os.path.isdir(match) else [os.path.normpath(match)]
+            if isinstance(match, Problem):
+                yield match
+            else:
+                yield from walk(match) if os.path.isdir(match) else [os.path.normpath(match)]
     else:
         yield os.path.normpath(source)
 
