@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from stages.lib import hooks
-from stages.lib.io import StageError
+from stages.lib.io import StageError, replace_file
 from tools.options import apply_decode_options, model_options
 
 
@@ -399,26 +399,17 @@ def format_row(row: dict, fmt: str, fields: list[str]) -> str:
 
 
 def drop_failed_rows(path: Path, fmt: str, fields: list[str]) -> list[str]:
-    """Rewrite the output atomically without its error rows; return their paths, in order."""
-    import tempfile
-
+    """Rewrite the output atomically without its error rows (through a symlink, its target,
+    with its mode: stages.lib.io.replace_file); return their paths, in order."""
     failed = []
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            if fmt == "csv":
-                f.write(",".join(fields) + "\n")
-            for row in read_rows(path, fmt, fields):
-                if row["error"]:
-                    failed.append(row["path"])
-                    continue
-                f.write(format_row(row, fmt, fields))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replace_file(path) as f:
+        if fmt == "csv":
+            f.write((",".join(fields) + "\n").encode())
+        for row in read_rows(path, fmt, fields):
+            if row["error"]:
+                failed.append(row["path"])
+                continue
+            f.write(format_row(row, fmt, fields).encode("utf-8"))
     return failed
 
 
@@ -592,8 +583,9 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                              f"--out.")
         if check_ours(out, fmt, fields) and repair_torn_tail(out):
             click.echo(f"predict: repaired a torn last line in {out}", err=True)
-        if overwrite:
-            out.unlink()  # ours (check_ours): another model's rows, replaced as asked
+        if overwrite:  # ours (check_ours): another model's rows, replaced as asked by an
+            with replace_file(out):  # empty file (through a symlink: its target, its mode)
+                pass
         else:
             check_model(out, fmt, fields, model.weights_sha256)
     if not to_stdout and out.exists():
