@@ -6,6 +6,7 @@ undecodable masks).
 Permission cases drop root's CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH with `setpriv`
 (tests/test_hardening.py), so a mode-000 folder is unreadable even to root.
 """
+import json
 import stat
 
 import pytest
@@ -126,3 +127,64 @@ def test_the_atomic_writer_replaces_the_target_of_a_link(tmp_path):
         raise RuntimeError
     assert real.read_text() == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+# --- 14. transcripts of control or zero-width characters; user strings escaped in logs ----
+
+INVISIBLE = {"nul": "\x00", "esc": "\x1b", "rlo": "\u202e", "zwsp": "\u200b\u200b"}
+
+
+def ocr_tree(project, charset=""):
+    from tests.conftest import copy_ocr_project, ocr_params
+
+    root = copy_ocr_project(project, ocr_params(**{"data.source": "data/lines",
+                                                    "validate.charset": charset}))
+    lines = root / "data/lines"
+    for i, word in enumerate(["hello", "world", "abc", "xyz", "ocr", "line"]):
+        write_image(lines / f"ok/{i}.png", size=(60, 32), seed=i)
+        (lines / f"ok/{i}.txt").write_text(word)
+    for i, (name, chars) in enumerate(INVISIBLE.items()):
+        write_image(lines / f"bad/{name}.png", size=(60, 32), seed=10 + i)
+        (lines / f"bad/{name}.txt").write_text(chars, encoding="utf-8")
+    write_image(lines / "bad/e\x1b[31mred.png", size=(60, 32), seed=20)  # ESC in a name
+    (lines / "bad/e\x1b[31mred.txt").write_text("\x1b[2J")  # clear-screen, and more
+    return root
+
+
+def test_a_transcript_of_only_invisible_characters_is_a_named_warning(tmp_path):
+    from tests.conftest import run_stage
+
+    root = ocr_tree(tmp_path / "project")
+    assert run_stage("ingest", cwd=root).returncode == 0
+    proc = run_stage("validate", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr  # nothing raw reaches the terminal
+    warning = [ln for ln in proc.stdout.splitlines() if "invisible_text" in ln]
+    assert len(warning) == 1, proc.stdout
+    for name in INVISIBLE:
+        assert f"bad/{name}.png" in warning[0], warning
+    counts = json.loads((root / "metrics/validation_checks.json").read_text())
+    assert counts["invisible_text"] == len(INVISIBLE)
+
+
+def test_with_a_charset_invisible_characters_block_and_are_printed_escaped(tmp_path):
+    from tests.conftest import run_stage
+
+    root = ocr_tree(tmp_path / "project", charset="abcdefghijklmnopqrstuvwxyz[]0123456789")
+    assert run_stage("ingest", cwd=root).returncode == 0
+    proc = run_stage("validate", cwd=root)
+    assert proc.returncode == 1
+    assert "\x1b" not in proc.stdout + proc.stderr
+    assert "\u202e" not in proc.stderr and "\u200b" not in proc.stderr
+    for name in INVISIBLE:
+        assert f"bad/{name}.png:" in proc.stderr, proc.stderr
+    assert "bad/e\\x1b[31mred.png" in proc.stderr, proc.stderr  # the name, escaped
+
+
+def test_user_strings_and_numbers_print_short_and_escaped():
+    from stages.lib.show import number, some, text
+
+    assert text("a\x1b[31mb\x00\u202e\u200b\u2028") == "a\\x1b[31mb\\x00\\u202e\\u200b\\u2028"
+    assert text("café 中") == "café 中"
+    assert number(0.25) == "0.2500" and number(1e308) == "1e+308"
+    assert some([f"f{i}" for i in range(8)], cap=3) == "f0, f1, f2 and 5 more"
