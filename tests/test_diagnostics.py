@@ -188,3 +188,32 @@ def test_user_strings_and_numbers_print_short_and_escaped():
     assert text("café 中") == "café 中"
     assert number(0.25) == "0.2500" and number(1e308) == "1e+308"
     assert some([f"f{i}" for i in range(8)], cap=3) == "f0, f1, f2 and 5 more"
+
+
+# --- 16. diagnostics that named too little ------------------------------------------------
+
+def test_no_labels_names_its_files_and_a_huge_box_prints_short(in_tmp):
+    from tests.conftest import run_stage
+    from tests.test_detection_gate import GOOD, params
+
+    source = in_tmp / "yolo"
+    (source / "labels/train").mkdir(parents=True)
+    (source / "data.yaml").write_text("names: [ring, block]\n")
+    for k in range(5):
+        write_image(source / f"images/train/good{k}.png", (64, 64), "RGB", seed=k)
+        (source / f"labels/train/good{k}.txt").write_text(GOOD)
+    for k in range(7):  # background: no label file
+        write_image(source / f"images/val/bg{k}.png", (64, 64), "RGB", seed=20 + k)
+    write_image(source / "images/train/huge.png", (64, 64), "RGB", seed=40)
+    (source / "labels/train/huge.txt").write_text("0 1e308 0.5 0.2 0.2\n")
+    params(in_tmp, source)
+    assert run_stage("ingest", cwd=in_tmp).returncode == 0
+    proc = run_stage("validate", cwd=in_tmp)
+    assert proc.returncode == 1
+    warning = [ln for ln in proc.stdout.splitlines() if "no_labels" in ln]
+    assert len(warning) == 1, proc.stdout
+    assert "images/val/bg0.png" in warning[0] and "images/val/bg4.png" in warning[0]
+    assert "and 2 more" in warning[0] and "reports/validation.html" in warning[0]
+    line = [ln for ln in proc.stderr.splitlines() if "images/train/huge.png" in ln]
+    assert len(line) == 1 and "1e+308" in line[0], proc.stderr
+    assert len(line[0]) < 300, line[0]  # not 309 digits
