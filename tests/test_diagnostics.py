@@ -217,3 +217,34 @@ def test_no_labels_names_its_files_and_a_huge_box_prints_short(in_tmp):
     line = [ln for ln in proc.stderr.splitlines() if "images/train/huge.png" in ln]
     assert len(line) == 1 and "1e+308" in line[0], proc.stderr
     assert len(line[0]) < 300, line[0]  # not 309 digits
+
+
+def test_a_list_that_is_a_fifo_is_named_as_not_a_regular_file(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "list.txt")
+    proc = run_tool("predict", "@list.txt", "--out", "p.jsonl", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "list.txt" in proc.stderr and "not a regular file" in proc.stderr, proc.stderr
+    assert "a FIFO" in proc.stderr and "not found" not in proc.stderr
+
+
+def test_an_undecodable_mask_names_the_mask_the_cause_and_the_fix(tmp_path):
+    from tests.conftest import run_stage
+    from tests.test_segmentation_gate import good_mask, project_with, write_mask
+
+    src = tmp_path / "data"
+    for i in range(4):
+        write_image(src / f"images/ok{i}.png", (16, 16), "RGB", seed=i)
+        write_mask(src / f"masks/ok{i}.png", good_mask(i))
+    write_image(src / "images/broken.png", (16, 16), "RGB", seed=9)
+    good = write_mask(tmp_path / "whole.png", good_mask(0)).read_bytes()
+    (src / "masks/broken.png").write_bytes(good[:len(good) // 2])  # truncated
+    root = project_with(tmp_path, src)
+    assert run_stage("ingest", cwd=root).returncode == 0
+    proc = run_stage("validate", cwd=root)
+    line = [ln for ln in proc.stderr.splitlines() if "images/broken.png" in ln]
+    assert len(line) == 1, proc.stderr
+    assert "masks/broken.png" in line[0], line  # the mask named
+    assert "truncated" in line[0] or "decod" in line[0], line  # what failed
+    assert "re-save" in line[0] or "re-export" in line[0], line  # the fix

@@ -54,10 +54,14 @@ class Problem(str):
         return obj
 
 
+def _kind(mode: int) -> str:
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder"
+            if stat.S_ISDIR(mode) else "not a regular file")
+
+
 def _special(mode: int) -> str:
-    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-    return f"not_regular: {kind}, not read"
+    return f"not_regular: {_kind(mode)}, not read"
 
 
 def _scan(path: str):
@@ -271,8 +275,15 @@ def check_sources(sources) -> None:
     """Fail before loading anything when a SOURCE itself names nothing (a typo)."""
     for source in sources:
         if source.startswith("@"):
-            if not os.path.isfile(source[1:]):
-                raise click.UsageError(f"list file {source[1:]} not found (SOURCE {source}).")
+            try:
+                mode = os.stat(source[1:]).st_mode
+            except OSError:
+                raise click.UsageError(f"list file {source[1:]} not found (SOURCE "
+                                       f"{source}).") from None
+            if not stat.S_ISREG(mode):  # never opened: a FIFO would hang predict
+                raise click.UsageError(f"list file {source[1:]} is not a regular file "
+                                       f"({_kind(mode)}, not read; SOURCE {source}): give a "
+                                       f"text file with one path per line.")
         elif not os.path.exists(source) and not (glob.has_magic(source) and _glob(source)):
             raise click.UsageError(f"SOURCE {source} is neither a file, a folder nor a glob "
                                    f"that matches a file.")
