@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib import checks
+from stages.lib import checks, show
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
 from stages.lib.params import load_all, params_option
 
@@ -196,7 +196,7 @@ def failure_message(result, total: int, policy: str, task) -> str:
                           (result["issues"], checks.blocking(task))):
         for check in names:
             for key, why in sorted(issues.get(check, {}).items()):
-                lines.append(f"  [{check}] {key}: {why}")
+                lines.append(f"  [{check}] {show.text(key)}: {show.text(why)}")
     how = ("Quarantine cannot fix class-level problems: add images or change the validate "
            "params named above." if policy == "quarantine" else
            "Fix or remove these files under data.source, or set validate.on_error: quarantine "
@@ -232,7 +232,9 @@ def main(params_path):
     write_csv(QUARANTINE, quarantined, ["path", "reason"])
     for check in checks.warnings(task):
         if result["issues"].get(check):
-            click.echo(f"validate: warning: {len(result['issues'][check])} files: {check}")
+            found = result["issues"][check]
+            click.echo(f"validate: warning: {len(found)} files: {check}: {show.some(found)} "
+                       f"(every one in {REPORT})")
     if result["dataset"] or (result["bad"] and p.on_error == "fail"):
         raise StageError(failure_message(result, len(rows), p.on_error, task))
     click.echo(f"validate: {summary['valid']} of {len(rows)} files usable"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.params import MAX_PIXELS, PARAMS_FILE
+from stages.lib.params import MAX_BEAM, MAX_PIXELS, PARAMS_FILE
 
 BACKENDS = ("onnxruntime", "torch", "openvino")
 MAX_PIXELS_ORIGIN = f"validate.max_pixels of ./{PARAMS_FILE}, else {MAX_PIXELS}"
@@ -35,6 +35,16 @@ def default_max_pixels(params_path=PARAMS_FILE) -> int:
     return value
 
 
+def check_beam(ctx, param, value):
+    """--beam's bound, stages.lib.params.MAX_BEAM: the search's time grows about as K squared."""
+    if value is not None and value > MAX_BEAM:
+        raise click.BadParameter(f"{value} is too wide: K is at most {MAX_BEAM} (the search "
+                                 f"takes about K squared steps per frame); pass --beam "
+                                 f"{MAX_BEAM} or less (5 is usually enough).",
+                                 param_hint="'--beam'")
+    return value
+
+
 _MODEL_OPTIONS = [
     click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
                  help="Model file. Default: models/model.onnx (onnxruntime), models/model.pt "
@@ -56,11 +66,13 @@ _MODEL_OPTIONS = [
     click.option("--score-threshold", type=click.FloatRange(0, 1), default=None,
                  help="Detection: keep boxes scoring at least this. Default: 0.3."),
     click.option("--beam", type=click.IntRange(min=1), default=None, metavar="K",
+                 callback=check_beam,
                  help="Models that decode a sequence (text recognition): CTC prefix beam "
                       "search keeping the K most probable prefixes per frame, instead of the "
                       "default greedy best path; K=1 is greedy. Its confidence is P(text | "
                       "image), summed over the paths the beam kept. Slower (5-10 ms a line "
-                      "at K=5). Refused for a model whose task has no beam search."),
+                      f"at K=5). K is at most {MAX_BEAM}. Refused for a model whose task "
+                      f"has no beam search."),
 ]
 
 

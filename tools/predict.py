@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from stages.lib import hooks
-from stages.lib.io import StageError
+from stages.lib.io import StageError, replace_file
 from tools.options import apply_decode_options, model_options
 
 
@@ -54,10 +54,14 @@ class Problem(str):
         return obj
 
 
+def _kind(mode: int) -> str:
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder"
+            if stat.S_ISDIR(mode) else "not a regular file")
+
+
 def _special(mode: int) -> str:
-    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-    return f"not_regular: {kind}, not read"
+    return f"not_regular: {_kind(mode)}, not read"
 
 
 def _scan(path: str):
@@ -133,7 +137,9 @@ def _walk_real(top: str, seen: dict, links: list):
 
 def _glob(pattern: str):
     """glob.glob(pattern, recursive=True), except that `**` descends each real folder once
-    (by st_dev and st_ino; symlinked folders after the real tree): loops are not followed."""
+    (by st_dev and st_ino; symlinked folders after the real tree): loops are not followed,
+    and a folder the pattern must list but cannot (no permission, an I/O error) is a Problem
+    (`unreadable`), as walk() gives it, instead of silently matching nothing."""
     import fnmatch
 
     drive, rest = os.path.splitdrive(pattern)
@@ -142,7 +148,9 @@ def _glob(pattern: str):
     found, seen, links = set(), set(), []
 
     def listing(folder):
-        entries, _ = _scan(folder or ".")
+        entries, error = _scan(folder or ".")
+        if error and os.path.isdir(folder or "."):  # a path that is no folder: no match
+            found.add(Problem(os.path.normpath(folder or "."), error))
         return entries or []
 
     def match(folder, parts):
@@ -192,7 +200,10 @@ def expand(source: str, allow_glob: bool = True):
         yield from walk(source)
     elif allow_glob and glob.has_magic(source) and not os.path.exists(source):
         for match in _glob(source):
-            yield from walk(match) if os.path.isdir(match) else [os.path.normpath(match)]
+            if isinstance(match, Problem):
+                yield match
+            else:
+                yield from walk(match) if os.path.isdir(match) else [os.path.normpath(match)]
     else:
         yield os.path.normpath(source)
 
@@ -264,8 +275,15 @@ def check_sources(sources) -> None:
     """Fail before loading anything when a SOURCE itself names nothing (a typo)."""
     for source in sources:
         if source.startswith("@"):
-            if not os.path.isfile(source[1:]):
-                raise click.UsageError(f"list file {source[1:]} not found (SOURCE {source}).")
+            try:
+                mode = os.stat(source[1:]).st_mode
+            except OSError:
+                raise click.UsageError(f"list file {source[1:]} not found (SOURCE "
+                                       f"{source}).") from None
+            if not stat.S_ISREG(mode):  # never opened: a FIFO would hang predict
+                raise click.UsageError(f"list file {source[1:]} is not a regular file "
+                                       f"({_kind(mode)}, not read; SOURCE {source}): give a "
+                                       f"text file with one path per line.")
         elif not os.path.exists(source) and not (glob.has_magic(source) and _glob(source)):
             raise click.UsageError(f"SOURCE {source} is neither a file, a folder nor a glob "
                                    f"that matches a file.")
@@ -392,26 +410,17 @@ def format_row(row: dict, fmt: str, fields: list[str]) -> str:
 
 
 def drop_failed_rows(path: Path, fmt: str, fields: list[str]) -> list[str]:
-    """Rewrite the output atomically without its error rows; return their paths, in order."""
-    import tempfile
-
+    """Rewrite the output atomically without its error rows (through a symlink, its target,
+    with its mode: stages.lib.io.replace_file); return their paths, in order."""
     failed = []
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            if fmt == "csv":
-                f.write(",".join(fields) + "\n")
-            for row in read_rows(path, fmt, fields):
-                if row["error"]:
-                    failed.append(row["path"])
-                    continue
-                f.write(format_row(row, fmt, fields))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replace_file(path) as f:
+        if fmt == "csv":
+            f.write((",".join(fields) + "\n").encode())
+        for row in read_rows(path, fmt, fields):
+            if row["error"]:
+                failed.append(row["path"])
+                continue
+            f.write(format_row(row, fmt, fields).encode("utf-8"))
     return failed
 
 
@@ -585,8 +594,9 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
                              f"--out.")
         if check_ours(out, fmt, fields) and repair_torn_tail(out):
             click.echo(f"predict: repaired a torn last line in {out}", err=True)
-        if overwrite:
-            out.unlink()  # ours (check_ours): another model's rows, replaced as asked
+        if overwrite:  # ours (check_ours): another model's rows, replaced as asked by an
+            with replace_file(out):  # empty file (through a symlink: its target, its mode)
+                pass
         else:
             check_model(out, fmt, fields, model.weights_sha256)
     if not to_stdout and out.exists():

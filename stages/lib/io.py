@@ -3,11 +3,13 @@
 Every file a stage writes goes to a temp file in the same folder and is renamed into place,
 so an interrupted stage never leaves a half-written output behind.
 """
+import contextlib
 import csv
 import errno
 import io
 import json
 import os
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -73,6 +75,33 @@ def _write_bytes(path: Path, data: bytes, sync: bool = True, direct: bool = Fals
         Path(tmp).unlink(missing_ok=True)
         raise
     return tmp
+
+
+@contextlib.contextmanager
+def replace_file(path):
+    """A binary file that replaces the file at path atomically when the block ends without an
+    error: a temp file next to the file it replaces, fsynced, renamed over it. For a file a
+    user names (predict's --out): through a symlink, the link's target is replaced and the link
+    stays a link; the target's permission bits are kept (a new file gets 0666 minus the umask,
+    not mkstemp's 0600). An error inside removes the temp file and leaves path as it was.
+    (A stage's outs use write_bytes, which replaces the link itself: DVC may link outs into
+    its cache, which must never be written through.)"""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_UMASK
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # Direct writes (O_DIRECT): the disk takes the bytes straight from our memory. A buffered write

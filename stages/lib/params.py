@@ -21,6 +21,9 @@ from stages.lib.userfiles import read_yaml
 PARAMS_FILE = "params.yaml"
 DEFAULT_TASK = "classification"
 MAX_PIXELS = 50_000_000
+# the widest CTC prefix beam search predict and serve run (--beam K): its time grows about as
+# K squared per line (64: up to 0.4 s a line on 2 cores, 128: 1.3 s; 100000 ran for minutes)
+MAX_BEAM = 64
 # "no weights file": a git-tracked placeholder that train.init_from and evaluate.compare_with
 # name by default, because dvc.yaml lists those params as deps and DVC fails on an empty path
 NO_WEIGHTS = "weights/none"  # default of validate.max_pixels, which predict and serve follow too

@@ -6,6 +6,7 @@ offending box, and an image is blocked by its worst box. The reason names each o
 """
 import json
 
+from stages.lib.show import number
 from stages.tasks.base import BLOCKING, WARNING
 
 CHECKS = {
@@ -137,12 +138,12 @@ def why(check, box, p) -> str:
     if check == "unknown_class":
         return f"class {box['label']} not in the names" + (" (validate.classes)"
                                                            if p.classes else "")
-    coords = f"({box['x1']:.4f}, {box['y1']:.4f}, {box['x2']:.4f}, {box['y2']:.4f})"
+    coords = "(" + ", ".join(number(box[k]) for k in ("x1", "y1", "x2", "y2")) + ")"
     if check == "box_outside":
         return f"box {coords} outside [0, 1] beyond validate.box_tolerance {p.box_tolerance}"
     if check == "box_degenerate":
-        return f"width {box['w']:.4f} / height {box['h']:.4f}: not positive"
+        return f"width {number(box['w'])} / height {number(box['h'])}: not positive"
     if check == "box_too_small":
-        return (f"box of {box['w_px']:.1f}x{box['h_px']:.1f} px, under validate.min_box_px "
-                f"{p.min_box_px}")
+        return (f"box of {number(box['w_px'], '.1f')}x{number(box['h_px'], '.1f')} px, under "
+                f"validate.min_box_px {p.min_box_px}")
     return f"duplicate box {box['label']} {coords}"

@@ -8,6 +8,7 @@ at prepare.width, as prepare does), divided by the model's horizontal stride (4)
 check, CTC's loss is infinite for such a line and `zero_infinity` would silently train on nothing
 for it.
 """
+from stages.lib.show import invisible
 from stages.tasks.base import BLOCKING, WARNING
 
 STRIDE = 4  # input columns per output frame of the CRNN (model.py)
@@ -25,7 +26,15 @@ CHECKS = {
     "unknown_char": (BLOCKING, "a character outside validate.charset (when it is given)"),
     "aspect": (BLOCKING, "a line taller than wide by more than validate.max_aspect"),
     "whitespace": (WARNING, "leading or trailing whitespace in a transcript"),
+    "invisible_text": (WARNING, "a transcript of only control or zero-width characters (NUL, "
+                                "ESC, U+200B, U+202E...): nothing to read; with "
+                                "validate.charset they are unknown_char, which blocks"),
 }
+
+
+def only_invisible(text: str) -> bool:
+    """Not blank, yet nothing but invisible characters and whitespace (stages.lib.show)."""
+    return bool(text.strip()) and all(invisible(c) or c.isspace() for c in text)
 
 
 def repeats(text: str) -> int:
@@ -44,7 +53,7 @@ def check_columns(rows, ok, p, geometry) -> dict:
         return int(v) if str(v).strip() else 0
 
     cols = {"text_empty": [], "ctc_slack": [], "unknown_chars": [], "aspect": [],
-            "edge_space": []}
+            "edge_space": [], "text_invisible": []}
     charset = set(p.charset)
     for r, good in zip(rows, ok, strict=True):
         if not good:
@@ -57,6 +66,7 @@ def check_columns(rows, ok, p, geometry) -> dict:
         cols["unknown_chars"].append(sum(c not in charset for c in text) if charset else None)
         cols["aspect"].append(h / w if w else 0.0)
         cols["edge_space"].append(int(text != text.strip()) if text.strip() else 0)
+        cols["text_invisible"].append(int(only_invisible(text)))
     return cols
 
 
@@ -68,7 +78,9 @@ def file_expectations(p) -> list:
              ("too_long", e.ExpectColumnValuesToBeBetween(column="ctc_slack", min_value=0)),
              ("aspect", e.ExpectColumnValuesToBeBetween(column="aspect",
                                                         max_value=p.max_aspect)),
-             ("whitespace", e.ExpectColumnValuesToBeInSet(column="edge_space", value_set=[0]))]
+             ("whitespace", e.ExpectColumnValuesToBeInSet(column="edge_space", value_set=[0])),
+             ("invisible_text", e.ExpectColumnValuesToBeInSet(column="text_invisible",
+                                                              value_set=[0]))]
     if p.charset:
         suite.append(("unknown_char", e.ExpectColumnValuesToBeBetween(column="unknown_chars",
                                                                       max_value=0)))
@@ -93,4 +105,7 @@ def reason(check, row, p, geometry) -> str:
                 f"({p.max_aspect}); is it rotated or not a text line?")
     if check == "whitespace":
         return f"leading or trailing whitespace in {text!r} (kept as written)"
+    if check == "invisible_text":
+        return (f"transcript {text!r} holds only control or zero-width characters: fix the "
+                f"transcript, or set validate.charset to block such lines")
     return row["error"] or check  # an annotation error: ingest's message

@@ -111,8 +111,10 @@ def beam(logits: np.ndarray, charset, width: int) -> list[tuple[str, float]]:
     summed over the CTC paths the beam kept (a lower bound of the exact sum), to 6 significant
     digits. It is a line-level probability, not greedy's per-frame mean: a line the model is
     sure of scores near 1 under both, an uncertain one lower under beam."""
-    if width < 1:
-        raise ValueError(f"beam width must be >= 1, got {width}")
+    from stages.lib.params import MAX_BEAM
+
+    if not 1 <= width <= MAX_BEAM:
+        raise ValueError(f"beam width must be >= 1 and at most {MAX_BEAM}, got {width}")
     if width == 1:
         return greedy(logits, charset)
     out = []

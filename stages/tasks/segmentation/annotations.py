@@ -117,14 +117,16 @@ def label_set_json(names: dict, ignore: int) -> str:
                       separators=(",", ":"))
 
 
-def read_mask(path: Path) -> dict:
-    """{sha256, size "WxH", counts {value: pixels}} of a mask file, or {error_kind, error}."""
+def read_mask(path: Path, name: str = "") -> dict:
+    """{sha256, size "WxH", counts {value: pixels}} of a mask file, or {error_kind, error};
+    name: the mask as the messages name it (its path under data.source)."""
     from PIL import Image
 
+    name = name or path.name
     try:
         data = path.read_bytes()
     except OSError as exc:
-        return {"error_kind": "bad_mask", "error": f"mask {path.name}: cannot read "
+        return {"error_kind": "bad_mask", "error": f"mask {name}: cannot read "
                                                    f"({exc.strerror})"}
     out = {"sha256": hashlib.sha256(data).hexdigest()}
     import io
@@ -141,7 +143,9 @@ def read_mask(path: Path) -> dict:
             values = np.asarray(img)
     except Exception as exc:  # PIL raises many types on corrupt data
         return {**out, "error_kind": "bad_mask",
-                "error": f"mask cannot be decoded: {type(exc).__name__}"}
+                "error": f"mask {name} cannot be decoded ({type(exc).__name__}: {exc}): it is "
+                         f"truncated, corrupt or not an image; re-export it as a "
+                         f"single-channel PNG of class indices (or re-save the file)"}
     counts = np.bincount(values.ravel(), minlength=256)
     out.update(size=f"{size[0]}x{size[1]}",
                counts={int(v): int(counts[v]) for v in np.flatnonzero(counts)})
@@ -213,7 +217,7 @@ def read_annotations(source: Path, listing: list) -> Annotations:
         if outside(source, source / mask):
             out.errors[rel] = ("symlink", f"its mask {mask} is {NOT_READ}")
             continue
-        facts = read_mask(source / mask)
+        facts = read_mask(source / mask, mask)
         values["mask_sha256"] = facts.get("sha256", "")
         if "error" in facts:
             out.errors[rel] = (facts["error_kind"], facts["error"])

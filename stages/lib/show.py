@@ -1,0 +1,44 @@
+"""How user strings and numbers appear in logs and errors, in one place: none reaches a
+terminal raw.
+
+A file name, class name or transcript comes from the user's data and may hold control
+characters (ESC starts a terminal escape sequence, NUL, a bidi override U+202E that reverses
+the rest of the line, zero-width spaces, line separators). `text()` escapes every such character
+before a stage prints it; `number()` keeps a huge float short; `some()` names a capped list.
+Only the standard library: every stage imports this.
+"""
+import unicodedata
+
+# control (Cc), format: zero-width, bidi overrides... (Cf), line and paragraph separators
+INVISIBLE = ("Cc", "Cf", "Zl", "Zp")
+
+
+def invisible(char: str) -> bool:
+    """A character that shows nothing of its own on a terminal, or moves or recolours what
+    follows (NUL, ESC, U+200B, U+202E, U+2028...)."""
+    return unicodedata.category(char) in INVISIBLE
+
+
+def text(value) -> str:
+    """value as printable text: every invisible character written as its escape (\\x1b,
+    \\u202e), so the printed line shows exactly what the string holds."""
+    s = str(value)
+    if not any(invisible(c) for c in s):
+        return s
+    return "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                    f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
+                   if invisible(c) else c for c in s)
+
+
+def number(value: float, spec: str = ".4f") -> str:
+    """value in `spec` while that stays short, else in 4 significant digits (1e308 is
+    `1e+308`, not 309 digits)."""
+    out = format(value, spec)
+    return out if len(out) <= 16 else format(value, ".4g")
+
+
+def some(items, cap: int = 5) -> str:
+    """The first `cap` items, escaped and comma-separated, then how many more."""
+    items = list(items)
+    shown = ", ".join(text(i) for i in items[:cap])
+    return shown + (f" and {len(items) - cap} more" if len(items) > cap else "")
