@@ -24,6 +24,7 @@ import click
 
 from stages.lib.params import MAX_PIXELS
 from tools.options import apply_decode_options, model_options
+from tools.serve_guard import FastPath, inference_executor, nice_thread
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_DECODE_MB = 256
@@ -49,18 +50,6 @@ class DecodeBudget:
         async with self.changed:
             self.used -= cost
             self.changed.notify_all()
-
-
-def nice_thread() -> None:
-    """Lower this (decode) thread's CPU priority: on a busy machine the event loop, which
-    answers /health and parses requests, runs first. Linux applies nice per thread."""
-    import os
-    import threading
-
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    except (OSError, AttributeError):
-        pass
 
 
 def timed_protocol(header_timeout: float, body_timeout: float):
@@ -215,8 +204,9 @@ class MicroBatcher:
             if not items:
                 continue
             try:
-                results = await asyncio.to_thread(
-                    predict_batch, self.model, [img for img, _ in items], self.top_k)
+                results = await loop.run_in_executor(inference_executor(), predict_batch,
+                                                     self.model, [img for img, _ in items],
+                                                     self.top_k)
             except Exception as exc:  # noqa: BLE001 - reported to every waiting request
                 results = [ModelFailed(f"{type(exc).__name__}: {exc}")] * len(items)
             self.batches += 1
@@ -232,7 +222,8 @@ class MicroBatcher:
 
 def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
-               max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB):
+               max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB,
+               limit_concurrency: int = LIMIT_CONCURRENCY):
     """The FastAPI app serving a loaded tools.inference.Model."""
     from fastapi import FastAPI
 
@@ -248,8 +239,10 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                   description="Predictions of the exported model. Upload images to /predict.")
     add_offline_docs(app)
     add_guards(app, max_bytes)
+    # Outermost: /health and /ready answered first, POST /predict counted (serve_guard.py)
+    app.add_middleware(FastPath, state=state, version=model.version, limit=limit_concurrency)
     serving = {"max_bytes": max_bytes, "max_pixels": max_pixels, "max_decode_mb": max_decode_mb,
-               "max_batch": max_batch, "top_k": top_k}
+               "max_batch": max_batch, "top_k": top_k, "limit_concurrency": limit_concurrency}
     add_status_routes(app, model, state, model_info, serving, responses[1])
     add_predict(app, model, responses, max_pixels, budget_bytes)
     return app
@@ -518,7 +511,9 @@ def return_freed_memory() -> None:
               show_default=True, help="Seconds an idle keep-alive connection stays open.")
 @click.option("--limit-concurrency", type=click.IntRange(min=1), default=LIMIT_CONCURRENCY,
               show_default=True,
-              help="Most connections and requests at once; more get 503.")
+              help="Most POST /predict requests in flight at once (upload to answer); the "
+                   "next gets 503. /health and /ready are never counted or refused; idle "
+                   "connections are not counted (the timeouts close them).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
 def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
@@ -541,17 +536,18 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
     from tools.inference import load
 
     return_freed_memory()
-    model = load(backend, model_path, threads)
+    # Loaded in the niced inference thread: the backend's threads inherit its priority.
+    model = inference_executor().submit(load, backend, model_path, threads).result()
     apply_decode_options(model, score_threshold, beam)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
-                     max_wait_ms, max_decode_mb)
+                     max_wait_ms, max_decode_mb, limit_concurrency)
     if warning:
         click.echo(warning, err=True)
     click.echo(f"serve: {model.path} ({model.backend}, version {model.version}) on "
                f"http://{host}:{port} (docs at /docs)", err=True)
     uvicorn.run(app, host="0.0.0.0" if host == "0" else host, port=port, log_level=log_level,
                 http=timed_protocol(header_timeout, body_timeout),
-                timeout_keep_alive=keep_alive_timeout, limit_concurrency=limit_concurrency)
+                timeout_keep_alive=keep_alive_timeout)  # the limit is FastPath's, not uvicorn's
 
 
 if __name__ == "__main__":
