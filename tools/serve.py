@@ -362,6 +362,7 @@ def add_status_routes(app, model, state: dict, model_info: dict, serving: dict, 
     async def model_card() -> dict:
         batcher = getattr(app.state, "batcher", None)
         stats = {"batches": batcher.batches, "images": batcher.images} if batcher else {}
+        stats["predicts_in_flight"] = state.get("in_flight", 0)
         return {**model_info, "serving": {**serving, **stats}}
 
 

@@ -59,7 +59,7 @@ class FastPath:
 
     def __init__(self, app, state: dict, version: str, limit: int):
         self.app, self.state, self.version, self.limit = app, state, version, limit
-        self.in_flight = 0  # POST /predict requests being received, decoded or predicted
+        state["in_flight"] = 0  # POST /predict requests being received, decoded, predicted
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -73,19 +73,19 @@ class FastPath:
             return await send_json(send, 200, {"ready": True, "model_version": self.version})
         if method != "POST" or path != "/predict":
             return await self.app(scope, receive, send)
-        if self.in_flight >= self.limit:
+        if self.state["in_flight"] >= self.limit:
             return await send_json(send, 503, {
-                "detail": f"{self.in_flight} predict requests in flight, the limit "
+                "detail": f"{self.limit} predict requests in flight, the limit "
                           f"(--limit-concurrency {self.limit}): retry in {RETRY_AFTER_S} s"},
                 [(b"retry-after", str(RETRY_AFTER_S).encode())])
-        self.in_flight += 1
+        self.state["in_flight"] += 1
         counted = True
 
         def done():  # once: when the answer's last byte is sent, or the app gives up
             nonlocal counted
             if counted:
                 counted = False
-                self.in_flight -= 1
+                self.state["in_flight"] -= 1
 
         async def sending(message):
             # The slot is free as soon as the answer is out: a keep-alive client's next
