@@ -1,5 +1,6 @@
 """Issue 30, item 10: /health and /ready under load, and a --limit-concurrency that means what
-the docs say (in-flight POST /predict requests; connections are not counted).
+the docs say (in-flight POST /predict requests; connections are not counted). Item 15: /docs
+and everything it loads come from the server itself; no /redoc.
 
 Real servers on free loopback ports. A predict is held "in flight" without any timing: its
 headers and half its body are sent, and the rest only when the test says so (the body timeout
@@ -7,6 +8,7 @@ is raised far above the test's length). No latency thresholds here: bench/serve_
 prints those.
 """
 import io
+import re
 import socket
 import sys
 
@@ -155,3 +157,42 @@ def test_the_hostile_load_bench_gets_no_5xx_and_health_is_always_200(model):
     assert rows["new-conn"]["answers"] == {200: 80} and rows["keep-alive"]["answers"] == {
         200: 40}, rows
     assert rows["worst-case"]["answers"] == {200: 4, 422: 4}, rows
+
+
+# --- item 15: offline docs ---------------------------------------------------------------
+
+OUTSIDE_URL = re.compile(r"https?://(?!127\.0\.0\.1|localhost|\[::1\])[^\s'\"<>)]+")
+FETCHED_FROM_CSS = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])\s*(?:https?:)?//""")
+CDN_NAMES = ("cdn", "jsdelivr", "unpkg")
+
+
+def test_docs_and_every_asset_they_load_name_no_outside_host(model, tmp_path):
+    from pathlib import Path
+
+    from swagger_ui_bundle import swagger_ui_path
+
+    proc, url, port, log = start_server(model, tmp_path)
+    try:
+        page = httpx.get(f"{url}/docs")
+        assert page.status_code == 200
+        assert not OUTSIDE_URL.findall(page.text), OUTSIDE_URL.findall(page.text)
+        # the page's config overrides the bundle's defaults that name outside hosts: the
+        # spec's url (petstore.swagger.io) and the validator badge (validator.swagger.io)
+        assert "url: '/openapi.json'" in page.text and '"validatorUrl": null' in page.text
+        assert httpx.get(f"{url}/redoc").status_code == 404  # a CDN page only: not served
+        assets = re.findall(r"""(?:src|href)=['"]([^'"]+)['"]""", page.text)
+        assert len(assets) == 3 and all(a.startswith("/docs/assets/") for a in assets), assets
+        for asset in assets:
+            r = httpx.get(url + asset)
+            assert r.status_code == 200 and len(r.content) > 100, asset
+            text = r.content.decode("utf-8", "replace").lower()
+            assert not [n for n in CDN_NAMES if n in text], asset
+            if asset.endswith(".css"):
+                assert not FETCHED_FROM_CSS.findall(text), asset
+        # the package's other files (index.html and swagger-initializer.js name
+        # petstore.swagger.io) are not served
+        for other in sorted(p.name for p in Path(swagger_ui_path).iterdir()):
+            if f"/docs/assets/{other}" not in assets:
+                assert httpx.get(f"{url}/docs/assets/{other}").status_code == 404, other
+    finally:
+        stop(proc)

@@ -16,7 +16,8 @@ wait on a shared budget of that size, so concurrent requests never decode more a
 Connections are timed: headers within --header-timeout, the body within --body-timeout (a
 client that sends less than its Content-Length is answered 408 and cut off), idle keep-alive
 connections closed after --keep-alive-timeout, at most --limit-concurrency at once (503 above).
-/docs serves Swagger UI's files from the swagger-ui-bundle package: it works offline.
+/docs serves Swagger UI's files from the swagger-ui-bundle package: it works offline; no
+/redoc (serve_docs.py).
 """
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import click
 
 from stages.lib.params import MAX_PIXELS
 from tools.options import apply_decode_options, model_options
+from tools.serve_docs import add_offline_docs
 from tools.serve_guard import FastPath, inference_executor, nice_thread
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -235,7 +237,7 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     responses = response_models(model)
     app = FastAPI(title="image-pipeline model API", version=model.version,
                   lifespan=lifespan(model, state, top_k, max_batch, max_wait_ms, budget_bytes),
-                  max_body_size=max_bytes, docs_url=None,
+                  max_body_size=max_bytes, docs_url=None, redoc_url=None,
                   description="Predictions of the exported model. Upload images to /predict.")
     add_offline_docs(app)
     add_guards(app, max_bytes)
@@ -436,35 +438,6 @@ async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
             load_drafted, source, model.image_size, model.channels, draft, model.letterbox))
     finally:
         await app.state.budget.release(cost)
-
-
-def add_offline_docs(app) -> None:
-    """GET /docs: Swagger UI from the swagger-ui-bundle package's files, served at
-    /docs/assets (no CDN: it works offline). Without the package, FastAPI's CDN page."""
-    from fastapi.openapi.docs import get_swagger_ui_html
-
-    try:
-        from swagger_ui_bundle import swagger_ui_path
-    except ImportError:
-        import logging
-
-        logging.getLogger("uvicorn.error").warning(
-            "swagger-ui-bundle is not installed: /docs loads Swagger UI from a CDN (blank "
-            "offline); pip install swagger-ui-bundle")
-        assets = None
-    else:
-        from fastapi.staticfiles import StaticFiles
-
-        app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="docs")
-        assets = "/docs/assets"
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs():
-        urls = {"swagger_js_url": f"{assets}/swagger-ui-bundle.js",
-                "swagger_css_url": f"{assets}/swagger-ui.css",
-                "swagger_favicon_url": f"{assets}/favicon-32x32.png"} if assets else {}
-        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - docs",
-                                   **urls)
 
 
 def return_freed_memory() -> None:
