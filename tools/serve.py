@@ -15,7 +15,9 @@ height x bytes per pixel, plus to_model_mode's copies) must fit --max-decode-mb,
 wait on a shared budget of that size, so concurrent requests never decode more at once.
 Connections are timed: headers within --header-timeout, the body within --body-timeout (a
 client that sends less than its Content-Length is answered 408 and cut off), idle keep-alive
-connections closed after --keep-alive-timeout, at most --limit-concurrency at once (503 above).
+connections closed after --keep-alive-timeout. At most --limit-concurrency POST /predict
+requests in flight (503 above); /health and /ready are answered before anything else and never
+counted or refused (serve_guard.py).
 /docs serves Swagger UI's files from the swagger-ui-bundle package: it works offline; no
 /redoc (serve_docs.py).
 """
