@@ -15,8 +15,11 @@ height x bytes per pixel, plus to_model_mode's copies) must fit --max-decode-mb,
 wait on a shared budget of that size, so concurrent requests never decode more at once.
 Connections are timed: headers within --header-timeout, the body within --body-timeout (a
 client that sends less than its Content-Length is answered 408 and cut off), idle keep-alive
-connections closed after --keep-alive-timeout, at most --limit-concurrency at once (503 above).
-/docs serves Swagger UI's files from the swagger-ui-bundle package: it works offline.
+connections closed after --keep-alive-timeout. At most --limit-concurrency POST /predict
+requests in flight (503 above); /health and /ready are answered before anything else and never
+counted or refused (serve_guard.py).
+/docs serves Swagger UI's files from the swagger-ui-bundle package: it works offline; no
+/redoc (serve_docs.py).
 """
 from pathlib import Path
 
@@ -24,6 +27,8 @@ import click
 
 from stages.lib.params import MAX_PIXELS
 from tools.options import apply_decode_options, model_options
+from tools.serve_docs import add_offline_docs
+from tools.serve_guard import FastPath, inference_executor, nice_thread
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_DECODE_MB = 256
@@ -49,18 +54,6 @@ class DecodeBudget:
         async with self.changed:
             self.used -= cost
             self.changed.notify_all()
-
-
-def nice_thread() -> None:
-    """Lower this (decode) thread's CPU priority: on a busy machine the event loop, which
-    answers /health and parses requests, runs first. Linux applies nice per thread."""
-    import os
-    import threading
-
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-    except (OSError, AttributeError):
-        pass
 
 
 def timed_protocol(header_timeout: float, body_timeout: float):
@@ -215,8 +208,9 @@ class MicroBatcher:
             if not items:
                 continue
             try:
-                results = await asyncio.to_thread(
-                    predict_batch, self.model, [img for img, _ in items], self.top_k)
+                results = await loop.run_in_executor(inference_executor(), predict_batch,
+                                                     self.model, [img for img, _ in items],
+                                                     self.top_k)
             except Exception as exc:  # noqa: BLE001 - reported to every waiting request
                 results = [ModelFailed(f"{type(exc).__name__}: {exc}")] * len(items)
             self.batches += 1
@@ -232,7 +226,8 @@ class MicroBatcher:
 
 def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
-               max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB):
+               max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB,
+               limit_concurrency: int = LIMIT_CONCURRENCY):
     """The FastAPI app serving a loaded tools.inference.Model."""
     from fastapi import FastAPI
 
@@ -244,12 +239,14 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     responses = response_models(model)
     app = FastAPI(title="image-pipeline model API", version=model.version,
                   lifespan=lifespan(model, state, top_k, max_batch, max_wait_ms, budget_bytes),
-                  max_body_size=max_bytes, docs_url=None,
+                  max_body_size=max_bytes, docs_url=None, redoc_url=None,
                   description="Predictions of the exported model. Upload images to /predict.")
     add_offline_docs(app)
     add_guards(app, max_bytes)
+    # Outermost: /health and /ready answered first, POST /predict counted (serve_guard.py)
+    app.add_middleware(FastPath, state=state, version=model.version, limit=limit_concurrency)
     serving = {"max_bytes": max_bytes, "max_pixels": max_pixels, "max_decode_mb": max_decode_mb,
-               "max_batch": max_batch, "top_k": top_k}
+               "max_batch": max_batch, "top_k": top_k, "limit_concurrency": limit_concurrency}
     add_status_routes(app, model, state, model_info, serving, responses[1])
     add_predict(app, model, responses, max_pixels, budget_bytes)
     return app
@@ -369,6 +366,7 @@ def add_status_routes(app, model, state: dict, model_info: dict, serving: dict, 
     async def model_card() -> dict:
         batcher = getattr(app.state, "batcher", None)
         stats = {"batches": batcher.batches, "images": batcher.images} if batcher else {}
+        stats["predicts_in_flight"] = state.get("in_flight", 0)
         return {**model_info, "serving": {**serving, **stats}}
 
 
@@ -444,35 +442,6 @@ async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
         await app.state.budget.release(cost)
 
 
-def add_offline_docs(app) -> None:
-    """GET /docs: Swagger UI from the swagger-ui-bundle package's files, served at
-    /docs/assets (no CDN: it works offline). Without the package, FastAPI's CDN page."""
-    from fastapi.openapi.docs import get_swagger_ui_html
-
-    try:
-        from swagger_ui_bundle import swagger_ui_path
-    except ImportError:
-        import logging
-
-        logging.getLogger("uvicorn.error").warning(
-            "swagger-ui-bundle is not installed: /docs loads Swagger UI from a CDN (blank "
-            "offline); pip install swagger-ui-bundle")
-        assets = None
-    else:
-        from fastapi.staticfiles import StaticFiles
-
-        app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="docs")
-        assets = "/docs/assets"
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs():
-        urls = {"swagger_js_url": f"{assets}/swagger-ui-bundle.js",
-                "swagger_css_url": f"{assets}/swagger-ui.css",
-                "swagger_favicon_url": f"{assets}/favicon-32x32.png"} if assets else {}
-        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - docs",
-                                   **urls)
-
-
 def return_freed_memory() -> None:
     """glibc: serve allocations over 1 MiB with mmap, so a decode's buffers go back to the
     system when freed instead of staying in the heap (RSS falls back after a burst)."""
@@ -518,7 +487,9 @@ def return_freed_memory() -> None:
               show_default=True, help="Seconds an idle keep-alive connection stays open.")
 @click.option("--limit-concurrency", type=click.IntRange(min=1), default=LIMIT_CONCURRENCY,
               show_default=True,
-              help="Most connections and requests at once; more get 503.")
+              help="Most POST /predict requests in flight at once (upload to answer); the "
+                   "next gets 503. /health and /ready are never counted or refused; idle "
+                   "connections are not counted (the timeouts close them).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
 def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
@@ -541,17 +512,18 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
     from tools.inference import load
 
     return_freed_memory()
-    model = load(backend, model_path, threads)
+    # Loaded in the niced inference thread: the backend's threads inherit its priority.
+    model = inference_executor().submit(load, backend, model_path, threads).result()
     apply_decode_options(model, score_threshold, beam)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
-                     max_wait_ms, max_decode_mb)
+                     max_wait_ms, max_decode_mb, limit_concurrency)
     if warning:
         click.echo(warning, err=True)
     click.echo(f"serve: {model.path} ({model.backend}, version {model.version}) on "
                f"http://{host}:{port} (docs at /docs)", err=True)
     uvicorn.run(app, host="0.0.0.0" if host == "0" else host, port=port, log_level=log_level,
                 http=timed_protocol(header_timeout, body_timeout),
-                timeout_keep_alive=keep_alive_timeout, limit_concurrency=limit_concurrency)
+                timeout_keep_alive=keep_alive_timeout)  # the limit is FastPath's, not uvicorn's
 
 
 if __name__ == "__main__":
