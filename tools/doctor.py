@@ -257,8 +257,8 @@ def s3_findings(name, conf, timeout) -> list[Finding]:
 
 
 def git_findings(root) -> list[Finding]:
-    proc = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
-                          text=True)
+    proc = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain"], cwd=root,
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         return [Finding(WARN, "git", "not a git repository: results cannot be traced to a "
                         "commit", "git clone the project instead of copying it")]

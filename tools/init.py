@@ -51,8 +51,8 @@ def refuse_uncommitted(force: bool) -> None:
     """Stop unless params.yaml is committed as it is (or --force)."""
     import subprocess
 
-    proc = subprocess.run(["git", "status", "--porcelain", "--", str(PARAMS)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--",
+                           str(PARAMS)], capture_output=True, text=True)
     if proc.returncode != 0:
         why = "is not in a git repository, so init cannot tell your changes from the committed file"
     elif proc.stdout.strip():
