@@ -97,3 +97,13 @@ def test_doctor_as_a_user_names_unreadable_folders_and_files_without_dvcs_banner
     assert any("src/locked" in line and "cannot list" in line for line in source), out
     assert any("src/cat/secret.png" in line and "cannot read" in line for line in source), out
     assert out.count("chmod") >= 2, out
+
+
+def test_init_notes_what_dvc_would_trip_on_before_the_first_run(tmp_path):
+    from tools.init import dvc_blockers
+
+    write_image(tmp_path / "src/cat/a.png")
+    assert dvc_blockers(tmp_path / "src") == []
+    (tmp_path / "src/cat/loop.png").symlink_to("loop.png")
+    [note] = dvc_blockers(tmp_path / "src")
+    assert "src/cat/loop.png" in note and "Errno 40" in note and "tools.doctor" in note
