@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.io import StageError, read_csv, write_bytes, write_json
+from stages.lib.io import StageError, read_csv, scratch_dir, write_bytes, write_json
 from stages.lib.onnx_clean import strip_source_paths, strip_torchscript_debug
 from stages.lib.params import load, params_option, task_name
 
@@ -169,7 +169,6 @@ def with_test_hook(model):
 
 def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     """Export to ONNX in memory; metadata holds everything a consumer needs to preprocess."""
-    import tempfile
     import warnings
 
     import onnx
@@ -182,9 +181,10 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
     fixed = task.export_batch(model)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+    # the exporter writes only to a file: one in a scratch folder (a full TMPDIR: one line)
+    with scratch_dir("export: the ONNX export") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        path = Path(tmp) / "model.onnx"
+        path = tmp / "model.onnx"
         if fixed:  # traced (torchvision's detectors): a seeded example, so it finds boxes
             example = torch.randn(fixed, *example.shape[1:],
                                   generator=torch.Generator().manual_seed(0))

@@ -657,11 +657,44 @@ def epoch_logger(p, run, record, live, perf_live, tb):
     return on_epoch
 
 
+def open_live(directory):
+    """dvclive's Live logging to directory. It opens the DVC repository, whose state database
+    (SQLite, under DVC's site cache dir) a full disk or a file-size limit makes fail with a bare
+    `sqlite3.OperationalError: disk I/O error`: that is a one-line StageError naming the folder
+    and the fix."""
+    import sqlite3
+
+    from dvclive import Live
+
+    try:
+        return Live(dir=str(directory), dvcyaml=None, save_dvc_exp=False)
+    except sqlite3.OperationalError as exc:
+        where = dvc_site_cache_dir()
+        raise StageError(f"train: DVC's state database in {where} cannot be written ({exc}: a "
+                         f"full disk or a file-size limit, usually). Free space on {where}, or "
+                         f"move it: dvc config core.site_cache_dir /a/larger/disk; then re-run."
+                         ) from None
+
+
+def dvc_site_cache_dir() -> str:
+    """Where DVC keeps its per-repository state databases: core.site_cache_dir, else its
+    default (/var/tmp/dvc on Linux)."""
+    from dvc.dirs import site_cache_dir
+
+    try:
+        from dvc.config import Config
+
+        dvc_dir = str(Path(".dvc").resolve())
+        configured = Config(dvc_dir=dvc_dir, local_dvc_dir=dvc_dir)["core"].get("site_cache_dir")
+    except Exception:  # noqa: BLE001 - a config DVC cannot read: its default
+        configured = None
+    return site_cache_dir(configured)
+
+
 def fit_logged(p, run, data, record, fingerprint, device, rank, world) -> None:
     """fit, with checkpoints, and on rank 0 its logs: the history so far replayed into
     plots/train/ (opening a Live dir clears it, so it never has gaps or duplicate steps), then
     each epoch, and TensorBoard events with train.tensorboard."""
-    from dvclive import Live
 
     tb = None
     if rank == 0 and p.tensorboard:  # untracked, for watching a running job; may lag a kill
@@ -673,12 +706,10 @@ def fit_logged(p, run, data, record, fingerprint, device, rank, world) -> None:
     with contextlib.ExitStack() as stack:
         on_epoch = None
         if rank == 0:
-            live = stack.enter_context(Live(dir=str(LIVE_DIR), dvcyaml=None,
-                                            save_dvc_exp=False))
+            live = stack.enter_context(open_live(LIVE_DIR))
             perf_live = None
             if run["state"]["epoch"] < p.epochs:  # keep the timings of the last run
-                perf_live = stack.enter_context(Live(dir=str(PERF_LIVE_DIR), dvcyaml=None,
-                                                     save_dvc_exp=False))
+                perf_live = stack.enter_context(open_live(PERF_LIVE_DIR))
             on_epoch = epoch_logger(p, run, record, live, perf_live, tb)
             for rec in run["state"]["history"]:
                 log_history(live, rec, run["task"].val_metric)

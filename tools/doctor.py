@@ -257,8 +257,8 @@ def s3_findings(name, conf, timeout) -> list[Finding]:
 
 
 def git_findings(root) -> list[Finding]:
-    proc = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
-                          text=True)
+    proc = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain"], cwd=root,
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         return [Finding(WARN, "git", "not a git repository: results cannot be traced to a "
                         "commit", "git clone the project instead of copying it")]
@@ -272,11 +272,13 @@ def git_findings(root) -> list[Finding]:
 
 
 def source_findings(root) -> list[Finding]:
-    """FIFOs, sockets and devices under data.source: DVC opens every file of a dependency to
-    hash it, and blocks forever on a FIFO (before any stage runs). Found with ingest's own walk,
-    which never opens them; a path listed in .dvcignore is skipped by DVC, so it is fine."""
-    from stages.ingest import walk
+    """Every entry under data.source that DVC's own walk trips on before any stage runs
+    (tools/source_check.py): FIFOs, sockets and devices (it blocks forever on a FIFO), symlink
+    loops and symlinks to nothing, folders and files this user cannot read. One FAIL line per
+    kind, naming the paths and the fix; a path listed in .dvcignore (or under a listed folder)
+    is skipped by DVC, so it is fine."""
     from stages.lib.params import load
+    from tools.source_check import KINDS, blocking_entries, ignored
 
     try:
         source = Path(root) / load("data", Path(root) / "params.yaml").source
@@ -285,22 +287,27 @@ def source_findings(root) -> list[Finding]:
     if not source.is_dir():
         return []
     try:
-        listing = walk(source)
-    except Exception:  # noqa: BLE001 - ingest names an unlistable source itself
-        return []
+        entries = blocking_entries(source)
+    except OSError as exc:  # an I/O error: ingest names it itself
+        return [Finding(WARN, "source", f"{source}: cannot walk it ({exc.strerror})",
+                        "python -m stages.ingest   (to see which entry)")]
     ignore_file = Path(root) / ".dvcignore"
-    ignored = set(ignore_file.read_text().split()) if ignore_file.exists() else set()
-    bad = [os.path.relpath(source / rel, root) for rel, kind, key in listing
-           if kind == "special" and key in ("fifo", "socket", "device")]
-    bad = [p for p in bad if p not in ignored and "/" + p not in ignored]
-    if not bad:
-        return [Finding(OK, "source", f"{os.path.relpath(source, root)}: no FIFO, socket or "
-                                      f"device")]
-    shown = ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
-    return [Finding(FAIL, "source", f"data.source holds {len(bad)} FIFO(s), socket(s) or "
-                                    f"device(s): {shown}; `dvc repro` would block forever "
-                                    f"hashing them", "remove them, or list each in .dvcignore "
-                                    "(one path per line; ingest still reports them)")]
+    patterns = set(ignore_file.read_text().split()) if ignore_file.exists() else set()
+    by_kind: dict[str, list[str]] = {}
+    for rel, kind in entries:
+        path = os.path.normpath(os.path.relpath(source / rel, root))
+        if not ignored(path, patterns):
+            by_kind.setdefault(kind, []).append(path)
+    if not by_kind:
+        return [Finding(OK, "source", f"{os.path.relpath(source, root)}: no FIFO, socket, "
+                                      f"device, symlink loop or unreadable entry")]
+    findings = []
+    for kind, paths in by_kind.items():
+        what, effect, fix = KINDS[kind]
+        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        findings.append(Finding(FAIL, "source", f"data.source holds {len(paths)} {what}: "
+                                f"{shown}; {effect}", fix))
+    return findings
 
 
 def dvc_status_findings(root) -> list[Finding]:
@@ -308,8 +315,9 @@ def dvc_status_findings(root) -> list[Finding]:
 
     proc = dvc(root, "status", check=False)
     text = (proc.stdout + proc.stderr).strip()
-    if proc.returncode != 0:
-        return [Finding(FAIL, "dvc status", text.splitlines()[-1] if text else "failed",
+    if proc.returncode != 0:  # DVC's error line, not its "Having any troubles?" banner
+        errors = [line for line in text.splitlines() if line.startswith("ERROR")]
+        return [Finding(FAIL, "dvc status", (errors or text.splitlines() or ["failed"])[-1],
                         "dvc doctor   (DVC's own environment report)")]
     if "up to date" in text:
         return [Finding(OK, "dvc status", "pipeline up to date with dvc.lock")]
@@ -373,12 +381,14 @@ def lock_outs(root) -> list[str]:
 def main(lock_path, remote, timeout):
     """Check Python, packages (against the lock file), torch/CUDA and GPUs, the CPU against
     the kernel profile (train.kernels portable needs x86-64 with AVX2), free disk, the DVC
-    remote (reachable, credentials), the git tree, data.source (no FIFO, socket or device, on
-    which DVC's hashing blocks), `dvc status` and whether this commit's outs are on the remote
+    remote (reachable, credentials), the git tree, data.source (no FIFO, socket, device,
+    symlink loop, symlink to nothing or unreadable entry, on which DVC's walk blocks or fails
+    before ingest runs), `dvc status` and whether this commit's outs are on the remote
     (`dvc status -c`); print each problem with the command that fixes it.
 
     Exit code 1 when something blocks a run (FAIL: a missing package, the wrong Python, too
-    little disk, an unreachable or unauthorised remote, a FIFO under data.source); WARN lines
+    little disk, an unreachable or unauthorised remote, a FIFO, a symlink loop or an unreadable
+    folder under data.source); WARN lines
     (another package version, uncommitted changes, a stale pipeline) do not block but may stop
     results matching dvc.lock.
     """
@@ -392,7 +402,7 @@ def main(lock_path, remote, timeout):
     for check in checks:
         if check in checks[-2:] and any(f.check == "source" and f.level == FAIL
                                         for f in findings):
-            continue  # `dvc status` would hash the FIFO and block
+            continue  # `dvc status` would block on a FIFO, or fail with DVC's banner
         if check is checks[-1] and not any(f.check == "remote" and f.level == OK
                                            for f in findings):
             continue  # no reachable remote: nothing to compare with

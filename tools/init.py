@@ -51,8 +51,8 @@ def refuse_uncommitted(force: bool) -> None:
     """Stop unless params.yaml is committed as it is (or --force)."""
     import subprocess
 
-    proc = subprocess.run(["git", "status", "--porcelain", "--", str(PARAMS)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--",
+                           str(PARAMS)], capture_output=True, text=True)
     if proc.returncode != 0:
         why = "is not in a git repository, so init cannot tell your changes from the committed file"
     elif proc.stdout.strip():
@@ -92,6 +92,23 @@ def headers(source: Path, rows: list) -> tuple[list, list]:
     return facts, bad
 
 
+def dvc_blockers(source: Path) -> list[str]:
+    """A note per kind of entry DVC's walk of the source trips on before ingest runs
+    (tools/source_check.py): `dvc add` and `dvc repro` would hang or fail on them."""
+    from tools.source_check import KINDS, blocking_entries
+
+    by_kind: dict[str, list[str]] = {}
+    for rel, kind in blocking_entries(source):
+        by_kind.setdefault(kind, []).append((source / rel).as_posix())
+    notes = []
+    for kind, paths in by_kind.items():
+        what, effect, fix = KINDS[kind]
+        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        notes.append(f"{len(paths)} {what} ({', '.join(paths[:3])}{more}): {effect}; {fix} "
+                     f"(python -m tools.doctor lists them all).")
+    return notes
+
+
 def sniff(task, source: Path):
     """(what was found in words, usable rows, header facts, notes) of the source, read as
     ingest reads it; an error naming the layouts expected when it holds none of them."""
@@ -125,6 +142,7 @@ def sniff(task, source: Path):
     if not_images:
         notes.append(f"{len(not_images)} of the {len(facts) + len(not_images)} files read are "
                      f"not images (e.g. {not_images[0]}): ingest lists them with an error.")
+    notes += dvc_blockers(source)
     summary = (f"{task.layout(found)}: {task.data_summary(rows)}, {len(rows)} files"
                + split_words(rows))
     return summary, rows, facts, notes

@@ -69,10 +69,10 @@ def openvino_files(onnx_blob: bytes) -> dict:
 
     The ONNX file is converted from a temp folder under a fixed name: the IR records the input
     file as DIR/model.onnx, so its bytes do not depend on where the stage runs."""
-    import tempfile
+    from stages.lib.io import scratch_dir
 
     ov = import_openvino()
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch_dir("export: the OpenVINO conversion") as tmp:
         src = Path(tmp) / "model.onnx"
         src.write_bytes(onnx_blob)
         model = ov.convert_model(str(src))
@@ -134,8 +134,6 @@ def int8_bytes(onnx_blob: bytes, calibration, batch_size: int = 64) -> bytes:
     activations by s8 weights with VPMADDUBSW, whose int16 pair sums saturate at full range, so
     the same model gave other outputs on an AVX2-only CPU than on one with AVX-512 VNNI (top-1
     agreement 0.865 on 200 images, against 1.0 and identical outputs with reduce_range)."""
-    import tempfile
-
     import onnx
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod,
                                           QuantFormat, QuantType, quantize_static)
@@ -149,7 +147,9 @@ def int8_bytes(onnx_blob: bytes, calibration, batch_size: int = 64) -> bytes:
         def get_next(self):
             return next(self.batches, None)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    from stages.lib.io import scratch_dir
+
+    with scratch_dir("export: the int8 quantization") as tmp:
         src, pre, out = (str(Path(tmp) / n) for n in ("model.onnx", "pre.onnx", "int8.onnx"))
         Path(src).write_bytes(onnx_blob)
         quant_pre_process(src, pre)  # shape inference and graph fusions before quantizing

@@ -27,6 +27,8 @@ class StageError(click.ClickException):
 
 FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+CAUSE = {errno.ENOSPC: "the disk is full", errno.EFBIG: "a file-size limit (ulimit -f)",
+         errno.EDQUOT: "a disk quota is full"}
 
 
 def write_failed(path, exc: OSError) -> StageError | OSError:
@@ -42,6 +44,35 @@ def write_failed(path, exc: OSError) -> StageError | OSError:
         return StageError(f"{path}: cannot write it: {exc.strerror}. Make {path.parent} "
                           f"writable and re-run.")
     return exc
+
+
+@contextlib.contextmanager
+def scratch_dir(what: str):
+    """A temporary folder (under TMPDIR) for a library that only writes to files (the ONNX
+    exporter, OpenVINO's converter, onnxruntime's quantizer), removed afterwards. A full disk or
+    a file-size limit while it is in use is a one-line StageError naming the folder and the fix
+    (free space, or point TMPDIR at a larger disk) instead of a raw OSError; what: the stage
+    and the step, for the message. Nothing of it stays: the folder is removed either way."""
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                yield Path(tmp)
+            except OSError as exc:
+                if exc.errno not in FULL + UNWRITABLE:
+                    raise
+                where = Path(exc.filename) if exc.filename else Path(tmp)
+                raise StageError(
+                    f"{what}: cannot write to {where}: {exc.strerror} (errno {exc.errno}, "
+                    f"{CAUSE.get(exc.errno, 'not writable')}). Free space on "
+                    f"{Path(tmp).parent} or point TMPDIR at a larger disk (TMPDIR=/big/tmp "
+                    f"dvc repro), and re-run; the temporary files were removed and no out "
+                    f"was written.") from None
+    except OSError as exc:  # making the folder itself failed
+        if exc.errno not in FULL + UNWRITABLE:
+            raise
+        raise StageError(f"{what}: cannot make a temporary folder in {tempfile.gettempdir()}: "
+                         f"{exc.strerror} (errno {exc.errno}). Free space there or point "
+                         f"TMPDIR at a larger, writable disk, and re-run.") from None
 
 
 def write_bytes(path, data, direct: bool = False) -> None:

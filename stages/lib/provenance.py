@@ -34,8 +34,9 @@ def params_hash(params) -> str:
 
 def git_state(root=".") -> dict:
     """{"git_commit": sha or "", "git_dirty": bool or None} of the repository at root."""
-    def run(*args):
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    def run(*args):  # no optional locks: `git status` never rewrites the index (.git/index.lock)
+        return subprocess.run(["git", "--no-optional-locks", *args], cwd=root,
+                              capture_output=True, text=True)
 
     head = run("rev-parse", "HEAD")
     if head.returncode != 0:

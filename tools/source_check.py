@@ -1,0 +1,99 @@
+"""The entries under a data source that DVC's own walk trips on, found before DVC walks it.
+
+DVC hashes every file of a stage's dependency (hidden ones too, all but .dvcignore'd paths)
+before the stage runs, so `dvc repro` fails before ingest can name the bad file:
+- a FIFO blocks it forever; a socket or a device cannot be hashed;
+- a symlink loop stops it with `[Errno 40] Too many levels of symbolic links`;
+- a symlink to nothing stops it with `[Errno 2] No such file or directory`;
+- a folder it cannot list (as a user without read permission) stops it with `Permission
+  denied: .../.gitignore`, and a file it cannot read with `Permission denied`.
+
+ingest names all of these as rows too, but only once DVC lets it run. This walk never opens a
+FIFO, socket or device (each entry is classified by lstat first) and never follows a symlinked
+folder (nor does DVC). Used by `tools.doctor` and `tools.init --source`.
+"""
+import errno
+import os
+import stat
+from pathlib import Path
+
+# kind: (what it is, what DVC does with it, the fix)
+KINDS = {
+    "special": ("FIFO(s), socket(s) or device(s)", "`dvc repro` would block forever hashing "
+                "them", "remove them, or list each in .dvcignore (one path per line; ingest "
+                "still reports them)"),
+    "loop": ("symlink loop(s)", "`dvc repro` stops before ingest with [Errno 40] Too many "
+             "levels of symbolic links", "remove each link or point it at a real file, or "
+             "list it in .dvcignore"),
+    "dangling": ("symlink(s) to nothing", "`dvc repro` stops before ingest with [Errno 2] No "
+                 "such file or directory", "remove each link or point it at a real file, or "
+                 "list it in .dvcignore"),
+    "unlistable": ("folder(s) you cannot list", "`dvc repro` stops before ingest with "
+                   "Permission denied", "make each readable (chmod -R u+rX PATH) or move it "
+                   "out of data.source"),
+    "unreadable": ("file(s) you cannot read", "`dvc repro` stops before ingest with "
+                   "Permission denied", "make each readable (chmod u+r PATH) or move it out "
+                   "of data.source"),
+}
+
+
+def blocking_entries(source) -> list[tuple[str, str]]:
+    """(path relative to source, kind) of every entry DVC's walk of source trips on, kind a
+    key of KINDS, sorted by path; the source folder itself is "." when it cannot be listed."""
+    source = Path(source)
+    found, folders = [], [""]
+    while folders:
+        rel = folders.pop()
+        path = source / rel if rel else source
+        try:
+            with os.scandir(path) as it:
+                entries = list(it)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EIO):
+                found.append((rel or ".", "unlistable"))
+                continue
+            raise
+        for entry in entries:
+            sub = f"{rel}/{entry.name}" if rel else entry.name
+            kind = entry_kind(entry)
+            if kind == "folder":
+                folders.append(sub)
+            elif kind:
+                found.append((sub, kind))
+    return sorted(found)
+
+
+def entry_kind(entry: os.DirEntry) -> str | None:
+    """"folder" to descend into, a KINDS key, or None for a file DVC hashes fine."""
+    try:
+        lst = entry.stat(follow_symlinks=False)
+    except OSError:  # vanished since the listing
+        return None
+    if stat.S_ISDIR(lst.st_mode):
+        return "folder"
+    st = lst
+    if stat.S_ISLNK(lst.st_mode):
+        try:
+            st = os.stat(entry.path)
+        except OSError as exc:
+            return "loop" if exc.errno == errno.ELOOP else "dangling"
+        if stat.S_ISDIR(st.st_mode):
+            return None  # a symlinked folder: not followed
+    if not stat.S_ISREG(st.st_mode):
+        return "special"
+    try:  # a regular file: opened (never read) to know whether DVC can read it
+        os.close(os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        return "unreadable" if exc.errno in (errno.EACCES, errno.EPERM) else None
+    return None
+
+
+def ignored(rel_to_root: str, patterns: set[str]) -> bool:
+    """Whether .dvcignore lists this path or a folder above it (exact paths, as doctor's fix
+    writes them, with or without a leading or trailing /)."""
+    parts = rel_to_root.split("/")
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        if {prefix, "/" + prefix, prefix + "/", "/" + prefix + "/"} & patterns:
+            return True
+    return False
