@@ -248,3 +248,16 @@ def test_an_undecodable_mask_names_the_mask_the_cause_and_the_fix(tmp_path):
     assert "masks/broken.png" in line[0], line  # the mask named
     assert "truncated" in line[0] or "decod" in line[0], line  # what failed
     assert "re-save" in line[0] or "re-export" in line[0], line  # the fix
+
+
+def test_an_error_naming_a_users_file_prints_its_name_escaped(onnx_model, tmp_path):
+    """Item 14, every error: a StageError's message (here predict refusing an --out that is
+    not its own) prints a name's ESC and bidi override escaped, its own line breaks kept."""
+    write_image(tmp_path / "in/a.png")
+    out = tmp_path / "notes\x1b[2J\u202etxt.jsonl"
+    out.write_text("my notes\n")
+    proc = predict(tmp_path, onnx_model, "in", "--out", out.name, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "notes\\x1b[2J\\u202etxt.jsonl: not a predict output" in proc.stderr, proc.stderr
+    assert "\x1b" not in proc.stderr and "\u202e" not in proc.stderr
+    assert out.read_text() == "my notes\n"  # refused, untouched

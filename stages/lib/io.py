@@ -22,7 +22,14 @@ os.umask(_UMASK)
 
 
 class StageError(click.ClickException):
-    """A problem the user can fix; click prints it as `Error: ...` and exits with code 1."""
+    """A problem the user can fix; click prints it as `Error: ...` and exits with code 1. A
+    path or name from the user's data in it is printed escaped (stages.lib.show.text): no
+    terminal escape or bidi override in a file name reaches the terminal."""
+
+    def format_message(self) -> str:
+        from stages.lib.show import text
+
+        return text(self.message, keep="\n\t")
 
 
 FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)

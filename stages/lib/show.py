@@ -19,15 +19,16 @@ def invisible(char: str) -> bool:
     return unicodedata.category(char) in INVISIBLE
 
 
-def text(value) -> str:
-    """value as printable text: every invisible character written as its escape (\\x1b,
-    \\u202e), so the printed line shows exactly what the string holds."""
+def text(value, keep: str = "") -> str:
+    """value as printable text: every invisible character (but those in `keep`, such as a
+    message's own line breaks) written as its escape (\\x1b, \\u202e), so the printed line
+    shows exactly what the string holds."""
     s = str(value)
-    if not any(invisible(c) for c in s):
+    if not any(invisible(c) and c not in keep for c in s):
         return s
     return "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else
                     f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
-                   if invisible(c) else c for c in s)
+                   if invisible(c) and c not in keep else c for c in s)
 
 
 def number(value: float, spec: str = ".4f") -> str:
