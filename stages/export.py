@@ -26,7 +26,7 @@ import click
 
 from stages.lib.io import StageError, read_csv, scratch_dir, write_bytes, write_json
 from stages.lib.onnx_clean import strip_source_paths, strip_torchscript_debug
-from stages.lib.params import load, params_option, task_name
+from stages.lib.params import load, params_option, task_name, without_placement
 
 MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
@@ -82,7 +82,9 @@ def provenance(params_path, task) -> dict:
     task_code = [f.relative_to(root).as_posix() for f in code_files(task)]
     for path in sorted([*CODE_FILES, *task_code]):
         code.update(f"{path}\0{file_sha256(path)}\n".encode())
-    sections = {s: dataclasses.asdict(load(s, params_path)) for s in PROVENANCE_PARAMS}
+    # prepare's placement keys (workers, engine, ray_address) are not part of the result
+    sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
+                for s in PROVENANCE_PARAMS}
     for key in FORMAT_KEYS:
         del sections["export"][key]
     if not sections["export"]["width_buckets"]:  # the default: hashed as before it existed

@@ -46,16 +46,17 @@ def buckets(p) -> list[int]:
     return [*p.width_buckets, p.width] if p.width_buckets else []
 
 
-def init_worker(params_path, meta, source, image_size, channels, facts, norm, width_buckets=()):
-    """Set this process up for write_shard (once per distinct setup: jobs carry it)."""
-    from stages.tasks import current
+def init_worker(task_name, meta, source, image_size, channels, facts, norm, width_buckets=()):
+    """Set this process up for write_shard or decode_rows (once per distinct setup: jobs carry
+    it; nothing is read from the params file, which a Ray worker's machine may not have)."""
+    from stages.tasks import get
 
-    setup = (params_path, meta, source, image_size, channels, facts, norm, list(width_buckets))
+    setup = (task_name, meta, source, image_size, channels, facts, norm, list(width_buckets))
     if _WORKER.get("setup") == setup:
         return
     _WORKER.clear()
 
-    task = current(params_path)
+    task = get(task_name)
     _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
                    source=Path(source), image_size=image_size, channels=channels, facts=facts,
                    norm=norm, width_buckets=list(width_buckets),
@@ -160,14 +161,36 @@ def write_shard(job) -> tuple:
     for kind, array in files:
         path = OUT_DIR / split / shard_name(kind, k)
         written.append((save_npy(path, array, pending=True), str(path)))
+    return (len(rows), *decode_facts(split, x, facts, sides_count), written)
+
+
+def decode_facts(split, x, facts, sides_count) -> tuple:
+    """What a decode of some rows brings back for the hints and auto mean/std: (their shorter
+    sides when sides_count, how many are colour, the train pixels' value counts when
+    mean/std are auto, else None)."""
     counts = None
-    if w["norm"] and split == "train":
+    if _WORKER["norm"] and split == "train":
         from stages.lib.autoprep import value_counts
 
         counts = value_counts(x)
     facts = facts or []
-    return (len(rows), [side for side, _ in facts] if sides_count else [],
-            sum(not grey for _, grey in facts), counts, written)
+    return ([side for side, _ in facts] if sides_count else [],
+            sum(not grey for _, grey in facts), counts)
+
+
+def decode_rows(job) -> tuple:
+    """engine ray's task (stages/lib/rayprep.py): decode some rows of one shard, in a Ray
+    worker, and bring back (uint8 images, targets, bucket widths or None, decode_facts) for
+    the driver to write into the shard. The same decode as write_shard's, nothing written."""
+    setup, split, rows, sides_count = job
+    init_worker(*setup)
+    w = _WORKER
+    facts = [] if w["facts"] else None
+    sizes = [] if w["width_buckets"] else None
+    x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
+                         w["channels"], facts, w["letterbox"], w["sized"], sizes)
+    widths = line_buckets(sizes, w["image_size"], w["width_buckets"]) if sizes is not None else None
+    return x, y, widths, decode_facts(split, x, facts, sides_count)
 
 
 def header_job(job) -> tuple:
@@ -229,7 +252,9 @@ def warm_up():
 
 def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
     """func over the jobs: in the pool (in order, or as they finish), or in this process when
-    there is none or `count` <= 1."""
+    there is none or `count` <= 1; engine ray: every job in the cluster, in order."""
+    if hasattr(workers_pool, "imap"):  # stages/lib/rayprep.py's RayEngine
+        return workers_pool.imap(func, jobs)
     if workers_pool is None or count <= 1:
         return map(func, jobs)
     if ordered:
@@ -254,7 +279,13 @@ def read_headers(splits, source, workers_pool) -> tuple:
     return sides, sum(r[1] for r in results[n_train:])
 
 
-def write_shards(splits, params_path, meta, source, p, workers_pool, image_size: int,
+def shard_setup(task_name, meta, source, p, image_size, channels, facts, norm) -> tuple:
+    """What a worker sets itself up from (init_worker's arguments)."""
+    return (task_name, meta, str(source), input_size(p, image_size), channels, facts, norm,
+            buckets(p))
+
+
+def write_shards(splits, task_name, meta, source, p, workers_pool, image_size: int,
                  channels: int, facts: bool, norm: bool) -> tuple:
     """Every shard of every split, in the pool's processes (None: in this process). Returns
     the facts its decodes saw: (train shorter sides, colour count) when `facts`, and the train
@@ -271,8 +302,7 @@ def write_shards(splits, params_path, meta, source, p, workers_pool, image_size:
     # the short last shards at the end, so no worker is left with a long one while the
     # others idle; the files do not depend on which process writes them or when
     order = sorted(shards, key=lambda shard: -shard[2])
-    setup = (params_path, meta, str(source), input_size(p, image_size), channels, facts, norm,
-             buckets(p))
+    setup = shard_setup(task_name, meta, source, p, image_size, channels, facts, norm)
     # each job holds its shard's rows (slices of the tables: references, not copies)
     jobs = ((setup, name, k, splits[name][k * size:(k + 1) * size], sides_from in (None, name))
             for name, k, _ in order)
@@ -312,21 +342,30 @@ def main(params_path):
     p = load("prepare", params_path)
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
-    # the pool first: its workers inherit this process as it is now, without the tables,
-    # and import what they decode with while this one reads the tables
+    if p.engine == "ray":  # the tasks read data.source where they run: at its absolute path
+        from stages.lib.rayprep import RayEngine
+
+        source = source.resolve()
+        workers_pool = RayEngine(p.ray_address, workers, source)
+        how = workers_pool.describe()
+    else:
+        # the pool first: its workers inherit this process as it is now, without the
+        # tables, and import what they decode with while this one reads the tables
+        workers_pool = pool(workers)
+        how = f"{workers} worker{'s' if workers > 1 else ''}"
     try:
-        with stopped(pool(workers)) as workers_pool:
+        with stopped(workers_pool):
             splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
-            prepare_splits(task, source, p, params_path, splits, letterbox, workers,
-                           workers_pool)
+            prepare_splits(task, source, p, splits, letterbox, how, workers_pool)
     except BaseException:  # the workers are gone: no temp file of a shard stays behind
         for tmp in OUT_DIR.rglob(".*.tmp"):
             tmp.unlink(missing_ok=True)
         raise
 
 
-def prepare_splits(task, source, p, params_path, splits, letterbox, workers, workers_pool):
-    """Everything after the pool is up: meta, the auto hints, the shards, meta.json."""
+def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
+    """Everything after the pool (or the Ray engine) is up: meta, the auto hints, the shards,
+    meta.json. how: where the decoding ran, for the last line."""
     from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
     from stages.lib.params import AUTO
 
@@ -349,9 +388,15 @@ def prepare_splits(task, source, p, params_path, splits, letterbox, workers, wor
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
     # the workers decode, write, and bring back the facts for the hints and auto mean/std:
     # the parent reads no file of the dataset (Amdahl: all that work on every core)
-    (sides, colour), counts = write_shards(splits, params_path, meta, source, p, workers_pool,
-                                           image_size, channels, facts=not first,
-                                           norm=p.mean == AUTO)
+    norm = p.mean == AUTO
+    if hasattr(workers_pool, "write_shards"):  # engine ray: decoded there, written here
+        setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
+        (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size,
+                                                            channels, norm)
+    else:
+        (sides, colour), counts = write_shards(splits, task.name, meta, source, p,
+                                               workers_pool, image_size, channels,
+                                               facts=not first, norm=norm)
     if not first:
         for text in choose_shape(p, sides, colour, every)[2]:
             click.echo(text)
@@ -364,7 +409,7 @@ def prepare_splits(task, source, p, params_path, splits, letterbox, workers, wor
         **({"width_buckets": buckets(p)} if p.width_buckets else {}),
     })
     click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "
-               f"({workers} worker{'s' if workers > 1 else ''})")
+               f"({how})")
 
 
 if __name__ == "__main__":

@@ -110,6 +110,12 @@ class Prepare:
     std: list[float] | str = knob([0.5])  # per channel, or one for all | auto: the train split's
     shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
     workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
+    # where the decoding runs: local = prepare.workers processes here; ray = the tasks of a Ray
+    # cluster (stages/lib/rayprep.py), this process writing the shards. Same outs either way.
+    engine: str = knob("local", choices=("local", "ray"))
+    # engine ray: the cluster's address (HOST:6379, or ray://HOST:10001); "" = a cluster on
+    # this machine alone, started for the run (prepare.workers CPUs)
+    ray_address: str = ""
     # text lines: > 0 resizes each image to this height, aspect kept, right-padded (or squeezed)
     # to `width`, instead of image_size x image_size; 0 = off (square images)
     height: int = knob(0, at_least=0)
@@ -129,6 +135,9 @@ class Prepare:
         if self.height and self.width < self.height:
             out.append(f"prepare.width must be at least prepare.height ({self.height}) when "
                        f"prepare.height is set, got {self.width}")
+        if self.ray_address and self.engine != "ray":
+            out.append(f"`prepare.ray_address` ({self.ray_address!r}) is only used with "
+                       f"prepare.engine: ray; set prepare.engine to ray or ray_address to \"\"")
         if self.width_buckets and not self.height:
             out.append("prepare.width_buckets needs prepare.height (text lines)")
         if self.width_buckets and (self.width_buckets != sorted(set(self.width_buckets))
@@ -312,6 +321,21 @@ SECTIONS = {
     "export": Export,
 }
 
+# prepare's keys that say where the work runs, never what it makes (the same bytes whatever
+# they are, tested): no stage lists them in dvc.yaml and no out hashes them (export's
+# provenance, the report), so a run through Ray and a local run write the same dvc.lock.
+PREPARE_PLACEMENT = ("workers", "engine", "ray_address")
+PREPARE_RESULT = tuple(f"prepare.{f.name}" for f in dataclasses.fields(Prepare)
+                       if f.name not in PREPARE_PLACEMENT)
+
+
+def without_placement(section: str, values: dict) -> dict:
+    """A section's values (a dict) less prepare's placement keys (PREPARE_PLACEMENT)."""
+    if section != "prepare":
+        return values
+    return {k: v for k, v in values.items() if k not in PREPARE_PLACEMENT}
+
+
 # What each stage reads, in one place: its own section and the few reads across sections. Every
 # stage also reads `task`. dvc.yaml's `params:` of each stage lists exactly these (tested).
 STAGE_PARAMS = {
@@ -319,13 +343,17 @@ STAGE_PARAMS = {
     "ingest": ("data.source", "ingest", "validate.max_pixels"),  # bombs are never decoded
     "validate": ("validate", "prepare.height", "prepare.width"),  # the CTC length rule
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
-    "prepare": ("data.source", "prepare"),
+    "prepare": ("data.source", *PREPARE_RESULT),
     "train": ("train",),
     "evaluate": ("evaluate", "train.kernels", "train.threads"),  # the kernel profile
     # hashed into the ONNX metadata; evaluate: each format's test metric with export.formats,
     # and detection's export.score_threshold when null (evaluate.score_threshold)
-    "export": ("data", "split", "prepare", "train", "evaluate", "export"),
+    "export": ("data", "split", *PREPARE_RESULT, "train", "evaluate", "export"),
 }
+# the report shows and hashes every param but the placement ones: every section, prepare's
+# keys one by one (dvc.yaml's report stage lists these, tested)
+REPORT_PARAMS = tuple(key for section in SECTIONS
+                      for key in (PREPARE_RESULT if section == "prepare" else (section,)))
 
 
 def _coerce(key: str, value, ftype, path):

@@ -13,23 +13,56 @@ Ray is imported here only, when a run asks for it: `--help` and local runs never
 import os
 
 LOCAL = ("", "local")
+LOOPBACK = ("127.0.0.1", "localhost")
 
 
-def connect(address: str | None = None, num_cpus: int | None = None):
+def host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a `HOST:PORT` or `ray://HOST:PORT` address; None for others ("auto")."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    return (host.strip("[]"), int(port)) if sep and port.isdigit() else None
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """ConnectionError, naming the address and the fix, when nothing accepts a connection at
+    it (Ray itself retries an unreachable address for minutes before it gives up)."""
+    import socket
+
+    where = host_port(address)
+    if where is None:
+        return
+    try:
+        socket.create_connection(where, timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one there "
+            f"(`ray start --head` on that machine prints the address, HOST:6379), or give an "
+            f"empty address for a cluster on this machine alone") from None
+
+
+def connect(address: str | None = None, num_cpus: int | None = None,
+            runtime_env: dict | None = None):
     """The `ray` module, connected to `address` (see the module doc); num_cpus bounds a local
-    cluster (default: this machine's cores)."""
+    cluster (default: this machine's cores). An unreachable address is a ConnectionError at
+    once (check_reachable). runtime_env: Ray's, for this job (e.g. py_modules: our code)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if (address or "") in LOCAL:  # a local cluster binds to loopback only: Ray reads this
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # flag at import (its
-        # one-machine mode: every address 127.0.0.1, nothing listens on the network)
+    where = host_port(address or "")
+    if (address or "") in LOCAL or (where and where[0] in LOOPBACK):
+        # a local cluster binds to loopback only, and a loopback address stays one (else Ray
+        # swaps 127.0.0.1 for this machine's network address): Ray reads this flag at import
+        # (its one-machine mode: every address 127.0.0.1, nothing listens on the network)
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if (address or "") not in LOCAL:
+        check_reachable(address)
     import ray
 
     if ray.is_initialized():
         return ray
     quiet = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False,
              "configure_logging": False}
+    if runtime_env:
+        quiet["runtime_env"] = runtime_env
     if (address or "") in LOCAL:
-        ray.init(num_cpus=num_cpus, **quiet)
+        ray.init(address="local", num_cpus=num_cpus, **quiet)  # new: never one found here
     else:
         ray.init(address=address, **quiet)
     return ray

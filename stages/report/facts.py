@@ -195,7 +195,7 @@ def params_facts(raw: dict, params_path) -> tuple[list[tuple[str, object, object
     and the params hash (sha256 over every section's hash), from one read of the file."""
     import dataclasses
 
-    from stages.lib.params import SECTIONS, parse_all
+    from stages.lib.params import SECTIONS, parse_all, without_placement
     from stages.lib.provenance import params_hash
 
     values = parse_all(raw, params_path)
@@ -203,9 +203,11 @@ def params_facts(raw: dict, params_path) -> tuple[list[tuple[str, object, object
     for section, cls in SECTIONS.items():
         defaults = cls()
         for field in dataclasses.fields(cls):
-            rows.append((f"{section}.{field.name}", getattr(values[section], field.name),
-                         getattr(defaults, field.name)))
-    digest = params_hash({section: params_hash(values[section]) for section in SECTIONS})
+            if without_placement(section, {field.name: 0}):  # where prepare ran: not shown
+                rows.append((f"{section}.{field.name}", getattr(values[section], field.name),
+                             getattr(defaults, field.name)))
+    digest = params_hash({section: params_hash(without_placement(
+        section, dataclasses.asdict(values[section]))) for section in SECTIONS})
     return rows, digest
 
 

@@ -1,0 +1,154 @@
+"""prepare.engine: ray (issue 31): a Ray cluster's tasks decode and resize, this process (the
+driver) writes data/processed/ itself, the same files, byte for byte, as engine: local.
+
+- The tasks run stages/prepare.py's own decode (decode_rows: prepare_split, the task's
+  targets, the facts for the hints and auto mean/std); nothing is decoded twice or differently.
+- Each task decodes a chunk of one shard (CHUNK rows); the driver takes the results in order
+  and streams each into the shard being written (io.StreamedWrite from one NpyBuffer, as a
+  local worker does), with at most `window` tasks in flight or done and not yet written. So
+  the driver holds one shard's buffer and the cluster's object store at most `window` chunks,
+  whatever the dataset's size: its peak RSS is flat in N (bench/ray_prepare.py measures it).
+- Inputs are read where the tasks run: data.source, made absolute here, must be the same path
+  on every node (a shared filesystem); a task that cannot find a file says so.
+- Our code travels with the job (Ray's runtime_env py_modules: this checkout's stages/), so a
+  cluster's nodes need Python and the requirements, not a copy of the project.
+"""
+from pathlib import Path
+
+from stages.lib.io import StageError
+
+CHUNK = 256  # rows per task: ~0.1 s of decode at small sizes, 20 MiB at 160 px RGB
+STAGES = Path(__file__).resolve().parent.parent  # the `stages` package, shipped to the workers
+
+
+def _call(name: str, job):
+    """A Ray task: stages.prepare's function `name` on one job (looked up by name in the
+    worker: the driver's stages.prepare may be __main__, which Ray would pickle by value)."""
+    import importlib
+
+    return getattr(importlib.import_module("stages.prepare"), name)(job)
+
+
+class RayEngine:
+    """A connection to a Ray cluster that runs prepare's jobs; shut down as a pool is."""
+
+    def __init__(self, address: str, num_cpus: int, source: Path):
+        from stages.lib import raycluster
+
+        self.address, self.source = address, source
+        try:
+            self.ray = raycluster.connect(address, num_cpus,
+                                          runtime_env={"py_modules": [str(STAGES)]})
+        except ConnectionError as exc:
+            raise StageError(f"prepare.ray_address: {exc}; fix prepare.ray_address in "
+                             f"params.yaml (or -S prepare.ray_address=HOST:6379)") from None
+        resources = self.ray.cluster_resources()
+        self.cpus = max(1, int(resources.get("CPU", 1)))
+        self.nodes = len([n for n in self.ray.nodes() if n.get("Alive")])
+        self.window = 2 * self.cpus + 2  # every CPU busy, one result waiting behind each
+        self.remote = self.ray.remote(num_cpus=1, max_retries=3)(_call)
+        self.pending = []
+
+    def describe(self) -> str:
+        where = self.address or "a local cluster"
+        return f"Ray at {where}: {self.cpus} CPUs on {self.nodes} node(s)"
+
+    def imap(self, func, jobs):
+        """func(job) of every job, in the cluster, yielded in the jobs' order; at most
+        self.window submitted and not yet yielded."""
+        from collections import deque
+
+        pending = self.pending = deque()
+        for job in jobs:
+            pending.append(self.remote.remote(func.__name__, job))
+            if len(pending) >= self.window:
+                yield self.get(pending.popleft())
+        while pending:
+            yield self.get(pending.popleft())
+
+    def get(self, ref):
+        """A task's result; its error as the worker raised it (a file missing there: where
+        the data must live)."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, FileNotFoundError):
+                raise StageError(
+                    f"{cause.filename}: not found by a Ray worker. With prepare.engine: ray "
+                    f"the workers read data.source at {self.source}, the path it has here: "
+                    f"put the data on a filesystem every node mounts at that path (NFS, a "
+                    f"shared volume) and set data.source to it.") from None
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Cancel what is still in flight (on an error), and leave the cluster (a local one
+        stops)."""
+        from stages.lib import raycluster
+
+        if cancel_futures:
+            for ref in self.pending:
+                try:
+                    self.ray.cancel(ref)
+                except Exception:  # noqa: BLE001 (done or gone already: nothing to cancel)
+                    pass
+        self.pending = []
+        raycluster.disconnect()
+
+    def write_shards(self, splits, setup, shard_size: int, channels: int, norm: bool) -> tuple:
+        """prepare.write_shards' files and facts, decoded in the cluster, written here shard
+        by shard, in order, each streamed to the disk as its chunks come back."""
+        import numpy as np
+        from tqdm import tqdm
+
+        from stages.lib.images import input_hw
+        from stages.lib.io import StreamedWrite, commit
+        from stages.lib.shards import IMAGES, TARGETS, WIDTHS, NpyBuffer, save_npy, shard_name
+        from stages.prepare import OUT_DIR, decode_rows
+
+        sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
+        shards = [(name, k, rows[start:start + shard_size]) for name, rows in splits.items()
+                  for k, start in enumerate(range(0, len(rows), shard_size))]
+        jobs = ((setup, name, rows[i:i + CHUNK], sides_from in (None, name))
+                for name, _, rows in shards for i in range(0, len(rows), CHUNK))
+        results = self.imap(decode_rows, jobs)
+        sample = (*input_hw(setup[3]), channels)
+        bar = tqdm(total=sum(len(r) for r in splits.values()), desc="prepare (ray)",
+                   unit="img", disable=None)
+        sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
+        buf = None
+        for name, k, rows in shards:
+            shape = (len(rows), *sample)
+            if buf is None or not buf.fits(shape, np.uint8):
+                buf = NpyBuffer(shape, np.uint8)
+            x = buf.array(shape, np.uint8)
+            per_image = x.nbytes // len(x)
+            path = OUT_DIR / name / shard_name(IMAGES, k)
+            targets, widths, done = [], [], 0
+            with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as images:
+                while done < len(rows):
+                    cx, cy, cw, (c_sides, c_colour, c_counts) = next(results)
+                    x[done:done + len(cx)] = cx
+                    done += len(cx)
+                    images.advance(buf.header_size + done * per_image)
+                    targets.append(cy)
+                    widths.append(cw)
+                    sides += c_sides
+                    colour += c_colour
+                    if c_counts is not None:
+                        counts += c_counts
+                    bar.update(len(cx))
+                    del cx, cy, cw  # the object store may free the chunk now
+                written = [(images.finish(), str(path))]
+            files = [(TARGETS, np.concatenate(targets))]
+            if widths[0] is not None:
+                files.append((WIDTHS, np.concatenate(widths)))
+            for kind, array in files:
+                out = OUT_DIR / name / shard_name(kind, k)
+                written.append((save_npy(out, array, pending=True), str(out)))
+            for tmp, out in written:
+                commit(tmp, out)
+        bar.close()
+        return (sides, colour), (counts if norm else None)
