@@ -13,6 +13,10 @@ about 90 bytes a row); each job carries its rows and what a worker needs to set 
 A worker writes its shard's files to temp files; the parent, otherwise idle, fsyncs and renames
 them while the worker decodes its next shard (the workers never wait on the disk), and writes
 meta.json only after every shard is in place.
+
+prepare.engine: ray decodes on a Ray cluster instead (prepare.ray_address; stages/lib/rayprep.py):
+its tasks run decode_rows, this process writes the same shards. workers, engine and ray_address
+never change the outs, so no stage lists them in dvc.yaml (stages/lib/params.py PREPARE_PLACEMENT).
 """
 import contextlib
 import os
@@ -329,8 +333,9 @@ def main(params_path):
     """Decode, convert and resize the split images into shards under data/processed/.
 
     Reads `task`, `data.source` and
-    `prepare.{image_size,channels,mean,std,shard_size,workers,letterbox}` from the params
-    file; `auto` image_size, channels, mean and std are chosen from the data
+    `prepare.{image_size,channels,mean,std,shard_size,workers,letterbox,engine,ray_address}`
+    from the params file (engine ray: decoded on a Ray cluster, docs/scale.md); `auto`
+    image_size, channels, mean and std are chosen from the data
     (stages/lib/autoprep.py), one printed line per setting says what and why; letterbox auto
     is the task's default (detection: on).
     """

@@ -51,7 +51,8 @@ class RayEngine:
 
     def describe(self) -> str:
         where = self.address or "a local cluster"
-        return f"Ray at {where}: {self.cpus} CPUs on {self.nodes} node(s)"
+        return (f"Ray at {where}: {self.cpus} CPU{'s' if self.cpus > 1 else ''} on "
+                f"{self.nodes} node{'s' if self.nodes > 1 else ''}")
 
     def imap(self, func, jobs):
         """func(job) of every job, in the cluster, yielded in the jobs' order; at most
