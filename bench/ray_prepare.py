@@ -7,12 +7,11 @@
 For each N it writes N small images (32x32 RGB PNG, 10 classes; 80/10/10 split files) into a
 temp project and runs `python -m stages.prepare` there twice, `prepare.engine: local` (all
 cores) and `prepare.engine: ray` (a local cluster of all cores, or --address), each as its own
-process, and checks the two data/processed/ are the same bytes. The fixed cost of Ray (start
-or join the cluster, ship our code, start the workers) is measured apart, as the extra wall
-time of a Ray run over a local one on a tiny dataset (TINY images). Reported per N: wall
-seconds of each, images/s, the ratio Ray/local with and without the fixed cost, and each
-driver's peak RSS (the stage process's own VmHWM; local's workers hold a shard each on top,
-Ray's workers run in the cluster's processes).
+process, and checks the two data/processed/ are the same bytes. Ray's fixed cost (start or
+join the cluster, ship our code, start the workers, the first chunk) is timed inside the Ray
+run, to its first result. Reported per N: seconds of each, images/s, the ratio local/Ray with
+and without the fixed cost, and each driver's peak RSS (the stage process's own VmHWM; local's
+workers hold a shard each on top, Ray's run in the cluster's processes).
 """
 import sys
 
@@ -26,23 +25,38 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = 8
 SIDE = 32
 CLASSES = 10
-# run by each timed process: the stage, then its own peak RSS (VmHWM) as the last line
-STAGE = ("import runpy, sys\n"
-         "sys.argv = ['prepare']\n"
-         "try:\n    runpy.run_module('stages.prepare', run_name='__main__')\n"
-         "except SystemExit as exc:\n    code = exc.code\nelse:\n    code = 0\n"
-         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
-         "print('VMHWM', int(hwm.split()[1]) * 1024, flush=True)\n"
-         "sys.exit(code)\n")
+# run by each timed process: the stage, with the times of its Ray start (connected, first
+# chunk back) noted, then one JSON line: those times and its own peak RSS (VmHWM)
+STAGE = """
+import json, time
+import stages.lib.rayprep as rayprep
+from stages.prepare import main
+
+marks, tic = {}, time.perf_counter()
+connect, imap = rayprep.RayEngine.__init__, rayprep.RayEngine.imap
+
+def timed_connect(self, *args):
+    connect(self, *args)
+    marks.setdefault("connected", time.perf_counter() - tic)
+
+def timed_imap(self, func, jobs):
+    for result in imap(self, func, jobs):
+        marks.setdefault("first", time.perf_counter() - tic)
+        yield result
+
+rayprep.RayEngine.__init__, rayprep.RayEngine.imap = timed_connect, timed_imap
+main(args=[], standalone_mode=False)
+marks["wall"] = time.perf_counter() - tic
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")][0]
+print(json.dumps({**marks, "rss": int(hwm.split()[1]) * 1024}), flush=True)
+"""
 
 
 def make_project(root: Path, images: int) -> Path:
@@ -70,42 +84,42 @@ def make_project(root: Path, images: int) -> Path:
 
 
 def prepare(project: Path, engine: str, address: str = "") -> dict:
-    """One prepare run in its own process: {wall, rss (driver peak), tree (out digests)}."""
+    """One prepare run in its own process: {wall, connected, first (Ray: seconds from the
+    stage's start to connected and to the first chunk back), rss (driver peak), tree}."""
     from tools.project import set_params
 
     set_params(project, {"data.source": str(project / "src"), "prepare.image_size": SIDE,
                          "prepare.channels": 3, "prepare.engine": engine,
                          "prepare.ray_address": address if engine == "ray" else ""})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    tic = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", STAGE], cwd=project, env=env,
                           capture_output=True, text=True)
-    wall = time.perf_counter() - tic
     if proc.returncode:
         raise SystemExit(f"prepare ({engine}) failed in {project}:\n{proc.stderr[-3000:]}")
-    rss = int(proc.stdout.strip().splitlines()[-1].split()[1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
     out = project / "data/processed"
-    digest = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-              for p in sorted(out.rglob("*")) if p.is_file()}
-    return {"wall": wall, "rss": rss, "tree": digest}
+    result["tree"] = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+                      for p in sorted(out.rglob("*")) if p.is_file()}
+    return result
 
 
 def run(images: int = 10_000, address: str = "", work: Path | None = None) -> dict:
     """Ray prepare against local prepare at `images` images, in one run: see the module doc.
-    Returns {images, local_s, ray_s, fixed_s, local_ips, ray_ips, ratio, ratio_after_start,
-    local_rss, ray_rss, same_bytes}."""
+    Seconds are the stage's own (from its start, imports aside, to its end). fixed_s: Ray's
+    start-up, from the stage's start to the first chunk back (connect, ship the code, start
+    the workers, one chunk's decode); connect_s: to connected. ratio: local / Ray images per
+    second, whole runs; ratio_after_start: local's whole run against Ray's after fixed_s."""
     with tempfile.TemporaryDirectory(dir=work) as tmp:
-        tiny = make_project(Path(tmp) / "tiny", TINY)
-        fixed = prepare(tiny, "ray", address)["wall"] - prepare(tiny, "local")["wall"]
-        project = make_project(Path(tmp) / "big", images)
+        project = make_project(Path(tmp) / "project", images)
         local = prepare(project, "local")
         ray = prepare(project, "ray", address)
-    work_s = max(ray["wall"] - fixed, 1e-9)
+    after = max(ray["wall"] - ray["first"], 1e-9)
     return {"images": images, "local_s": round(local["wall"], 2), "ray_s": round(ray["wall"], 2),
-            "fixed_s": round(fixed, 2), "local_ips": round(images / local["wall"]),
-            "ray_ips": round(images / ray["wall"]),
+            "fixed_s": round(ray["first"], 2), "connect_s": round(ray["connected"], 2),
+            "local_ips": round(images / local["wall"]), "ray_ips": round(images / ray["wall"]),
+            "ray_ips_after_start": round(images / after),
             "ratio": round(local["wall"] / ray["wall"], 3),
-            "ratio_after_start": round(local["wall"] / work_s, 3),
+            "ratio_after_start": round(local["wall"] / after, 3),
             "local_rss_mib": round(local["rss"] / 2**20, 1),
             "ray_rss_mib": round(ray["rss"] / 2**20, 1),
             "same_bytes": local["tree"] == ray["tree"]}
