@@ -29,6 +29,47 @@ def _call(name: str, job):
     return getattr(importlib.import_module("stages.prepare"), name)(job)
 
 
+class StorePages:
+    """Gives back this process's mappings of the object store's pages a result was read from.
+    ray.get maps a large result straight from the store's shared memory (/dev/shm/plasma...,
+    a shared mapping), and every page of it the driver reads stays counted in its RSS after
+    the object is gone: the driver's RSS would grow with the bytes read, up to the store's
+    size. After a chunk is copied into its shard, madvise(MADV_DONTNEED) drops those pages
+    from this process only (a shared mapping keeps its data; another read faults it back in).
+    Nothing is done for a result held in this process's own memory (a small, inlined one)."""
+
+    def __init__(self):
+        self.ranges = []
+
+    def store_ranges(self) -> list:
+        out = []
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "plasma" in parts[5] and parts[1].endswith("s"):
+                    lo, hi = (int(v, 16) for v in parts[0].split("-"))
+                    out.append((lo, hi))
+        return out
+
+    def release(self, array) -> None:
+        import ctypes
+        import mmap
+
+        if not hasattr(mmap, "MADV_DONTNEED") or not array.nbytes:
+            return
+        start = array.ctypes.data
+        end = start + array.nbytes
+        inside = [r for r in self.ranges if r[0] <= start and end <= r[1]]
+        if not inside:
+            self.ranges = self.store_ranges()
+            inside = [r for r in self.ranges if r[0] <= start and end <= r[1]]
+        page = mmap.PAGESIZE
+        first, last = -(-start // page) * page, end // page * page  # the whole pages only
+        if inside and last > first:
+            ctypes.CDLL(None, use_errno=True).madvise(
+                ctypes.c_void_p(first), ctypes.c_size_t(last - first), mmap.MADV_DONTNEED)
+
+
 class RayEngine:
     """A connection to a Ray cluster that runs prepare's jobs; shut down as a pool is."""
 
@@ -119,7 +160,7 @@ class RayEngine:
         bar = tqdm(total=sum(len(r) for r in splits.values()), desc="prepare (ray)",
                    unit="img", disable=None)
         sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
-        buf = None
+        buf, pages = None, StorePages()
         for name, k, rows in shards:
             shape = (len(rows), *sample)
             if buf is None or not buf.fits(shape, np.uint8):
@@ -132,6 +173,7 @@ class RayEngine:
                 while done < len(rows):
                     cx, cy, cw, (c_sides, c_colour, c_counts) = next(results)
                     x[done:done + len(cx)] = cx
+                    pages.release(cx)
                     done += len(cx)
                     images.advance(buf.header_size + done * per_image)
                     targets.append(cy)
