@@ -99,6 +99,41 @@ def test_mixed_files_and_auto_choices_match_local(cluster, tmp_path, mode):
     assert trees[0] == trees[1] and len(trees[0]) > 20
 
 
+def shmem_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssShmem"))
+
+
+def test_the_driver_gives_back_the_store_pages_it_read(cluster, monkeypatch):
+    """A large result is read straight from the object store's shared memory and would stay
+    in the driver's RSS; StorePages.release drops those pages (the data is untouched)."""
+    import numpy as np
+
+    from stages.lib import raycluster
+    from stages.lib.rayprep import StorePages
+
+    for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
+        monkeypatch.setenv(name, "0")  # connect sets them: put back after this test
+    ray = raycluster.connect(cluster.address)
+    try:
+        blob = ray.remote(lambda i: np.full(8 << 20, i, dtype=np.uint8))
+        pages, grown, left = StorePages(), [], []
+        for i in range(4):
+            before = shmem_kib()
+            x = ray.get(blob.remote(i))
+            assert int(x.sum(dtype=np.int64)) == i * (8 << 20)  # every page read
+            grown.append(shmem_kib() - before)
+            pages.release(x)
+            left.append(shmem_kib() - before)
+            assert x[:: 4096].tolist() == [i] * (2048)  # still there: faulted back in
+            pages.release(x)
+            del x
+        assert min(grown) > 6 << 10, grown  # 8 MiB read: counted in RSS
+        assert max(left) < 1 << 10, left  # given back
+    finally:
+        raycluster.disconnect()
+
+
 def test_a_file_the_workers_cannot_read_names_where_the_data_must_live(cluster, tmp_path):
     make_dataset(tmp_path)
     (tmp_path / "src/1/013.png").unlink()

@@ -151,18 +151,21 @@ class RayEngine:
         from stages.prepare import OUT_DIR, decode_rows
 
         sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
-        shards = [(name, k, rows[start:start + shard_size]) for name, rows in splits.items()
+        # (split, shard, first row, rows): the rows are sliced as they are sent, never all
+        shards = [(name, k, start, min(shard_size, len(rows) - start))
+                  for name, rows in splits.items()
                   for k, start in enumerate(range(0, len(rows), shard_size))]
-        jobs = ((setup, name, rows[i:i + CHUNK], sides_from in (None, name))
-                for name, _, rows in shards for i in range(0, len(rows), CHUNK))
+        jobs = ((setup, name, splits[name][i:min(i + CHUNK, start + n)],
+                 sides_from in (None, name))
+                for name, _, start, n in shards for i in range(start, start + n, CHUNK))
         results = self.imap(decode_rows, jobs)
         sample = (*input_hw(setup[3]), channels)
         bar = tqdm(total=sum(len(r) for r in splits.values()), desc="prepare (ray)",
                    unit="img", disable=None)
         sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
         buf, pages = None, StorePages()
-        for name, k, rows in shards:
-            shape = (len(rows), *sample)
+        for name, k, _, n in shards:
+            shape = (n, *sample)
             if buf is None or not buf.fits(shape, np.uint8):
                 buf = NpyBuffer(shape, np.uint8)
             x = buf.array(shape, np.uint8)
@@ -170,7 +173,7 @@ class RayEngine:
             path = OUT_DIR / name / shard_name(IMAGES, k)
             targets, widths, done = [], [], 0
             with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as images:
-                while done < len(rows):
+                while done < n:
                     cx, cy, cw, (c_sides, c_colour, c_counts) = next(results)
                     x[done:done + len(cx)] = cx
                     pages.release(cx)
