@@ -2,8 +2,11 @@
 `prepare.engine: ray` connect here, and nowhere else.
 
 - `ADDRESS` empty or "local": a one-machine cluster started for this run on 127.0.0.1 and
-  stopped with it; otherwise an existing cluster's address (`ray start --head` prints it:
-  `HOST:6379`, or `ray://HOST:10001` for Ray Client).
+  stopped with it (always a new one: never a cluster `ray start` left running here);
+  otherwise an existing cluster's address (`ray start --head` prints it: `HOST:6379`, or
+  `ray://HOST:10001` for Ray Client). An address where nothing answers is a ConnectionError
+  within seconds (check_reachable), not Ray's minutes of retries; a 127.0.0.1/localhost
+  address stays on loopback.
 - Offline and quiet: usage statistics off (RAY_USAGE_STATS_ENABLED=0, unless the user set it),
   no dashboard started by us, Ray's own log lines kept out of our output.
 - Nothing here changes a result: where the work runs is never part of an out.
