@@ -19,6 +19,7 @@ its tasks run decode_rows, this process writes the same shards. workers, engine 
 never change the outs, so no stage lists them in dvc.yaml (stages/lib/params.py PREPARE_PLACEMENT).
 """
 import contextlib
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -61,11 +62,34 @@ def init_worker(task_name, meta, source, image_size, channels, facts, norm, widt
     _WORKER.clear()
 
     task = get(task_name)
-    _WORKER.update(encode=task.encoder({**meta, "source": str(source)}), dtype=task.target_dtype,
-                   source=Path(source), image_size=image_size, channels=channels, facts=facts,
-                   norm=norm, width_buckets=list(width_buckets),
+    _WORKER.update(encode=task.encoder({**meta, "source": source_path(source)}),
+                   dtype=task.target_dtype,
+                   source=source_tree(source), image_size=image_size, channels=channels,
+                   facts=facts, norm=norm, width_buckets=list(width_buckets),
                    letterbox=bool(meta.get("letterbox")), sized=task.encoder_takes_size,
                    setup=setup)
+
+
+@functools.lru_cache(maxsize=4)
+def source_tree(source):
+    """data.source as the decode opens files under it (`tree / path`): a folder, or with
+    prepare.ray_inputs: remote, a ("s3", url, endpoint, dir md5, path) tuple: the files on the DVC
+    remote (stages/lib/rayprep.py RemoteTree, fetched once per process)."""
+    if isinstance(source, tuple):
+        from stages.lib.rayprep import RemoteTree
+
+        return RemoteTree(*source[1:4])
+    return Path(source)
+
+
+def source_path(source) -> str:
+    """data.source's path as text (of a remote tuple: the path it has here)."""
+    return source[4] if isinstance(source, tuple) else str(source)
+
+
+def source_arg(source):
+    """data.source as the jobs carry it: a path's text, or the remote tuple (source_tree)."""
+    return source if isinstance(source, tuple) else str(source)
 
 
 def resolve_letterbox(p, task) -> bool:
@@ -202,7 +226,8 @@ def header_job(job) -> tuple:
     from stages.lib.autoprep import header_facts
 
     source, rows = job
-    facts = [header_facts(Path(source) / r["path"]) for r in rows]
+    tree = source_tree(source)
+    facts = [header_facts(tree / r["path"]) for r in rows]
     return [side for side, _ in facts], sum(not grey for _, grey in facts)
 
 
@@ -276,7 +301,7 @@ def read_headers(splits, source, workers_pool) -> tuple:
     n_train = sum((len(rows) + chunk - 1) // chunk for rows in train)
     n_every = sum((len(rows) + chunk - 1) // chunk for rows in parts)
     # both passes in one map: train's sides, then every file's colour
-    jobs = ((str(source), rows[i:i + chunk]) for group in (train, parts) for rows in group
+    jobs = ((source_arg(source), rows[i:i + chunk]) for group in (train, parts) for rows in group
             for i in range(0, len(rows), chunk))
     results = list(run_jobs(workers_pool, header_job, jobs, n_train + n_every, ordered=True))
     sides = [s for r in results[:n_train] for s in r[0]]
@@ -285,8 +310,8 @@ def read_headers(splits, source, workers_pool) -> tuple:
 
 def shard_setup(task_name, meta, source, p, image_size, channels, facts, norm) -> tuple:
     """What a worker sets itself up from (init_worker's arguments)."""
-    return (task_name, meta, str(source), input_size(p, image_size), channels, facts, norm,
-            buckets(p))
+    return (task_name, meta, source_arg(source), input_size(p, image_size), channels, facts,
+            norm, buckets(p))
 
 
 def write_shards(splits, task_name, meta, source, p, workers_pool, image_size: int,
@@ -350,7 +375,9 @@ def main(params_path):
     if p.engine == "ray":  # the tasks read data.source where they run: at its absolute path
         from stages.lib.rayprep import RayEngine
 
-        source = source.resolve()
+        from stages.lib.rayprep import remote_spec
+
+        source = remote_spec(source) if p.ray_inputs == "remote" else source.resolve()
         workers_pool = RayEngine(p.ray_address, workers, source)
         how = workers_pool.describe()
     else:
@@ -379,7 +406,7 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
         from stages.lib.images import LETTERBOX
 
         meta["letterbox"] = LETTERBOX if letterbox else False
-    task.encoder({**meta, "source": str(source)})  # fail here, not in a worker
+    task.encoder({**meta, "source": source_path(source)})  # fail here, not in a worker
     every = sum(len(r) for r in splits.values())
     first = needs_headers_first(p)
     if first:  # auto size/channels: from the headers, before any decode

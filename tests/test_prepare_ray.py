@@ -6,6 +6,7 @@ run connects to it by its address, as a real cluster's would be given."""
 import hashlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,16 +17,22 @@ import yaml
 
 from stages.lib.io import StageError
 from tests.conftest import ROOT, copy_run, run_stage
+from tests.test_remote import KEY, SECRET, pushed, s3  # noqa: F401 (fixtures)
 from tests.test_scale_prepare import make_dataset
 from tools.project import dvc, set_params
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head and a second node on loopback (Ray's one-machine mode binds 127.0.0.1 only)."""
+    """A head and a second node on loopback (Ray's one-machine mode binds 127.0.0.1 only),
+    each with the S3 credentials of the test's S3 server (a node's own, as on a cluster)."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        for name, value in (("AWS_ACCESS_KEY_ID", KEY), ("AWS_SECRET_ACCESS_KEY", SECRET),
+                            ("AWS_DEFAULT_REGION", "us-east-1"),
+                            ("AWS_EC2_METADATA_DISABLED", "true")):
+            env.setenv(name, value)
         from ray.cluster_utils import Cluster
 
         nodes = Cluster(initialize_head=True,
@@ -99,6 +106,19 @@ def test_mixed_files_and_auto_choices_match_local(cluster, tmp_path, mode):
     assert trees[0] == trees[1] and len(trees[0]) > 20
 
 
+def test_inputs_from_the_dvc_remotes_s3(cluster, pushed, tmp_path):  # noqa: F811
+    """prepare.ray_inputs: remote: the tasks read data.source's files from the DVC remote (S3
+    on loopback) as `dvc push` stored them; the folder itself is nowhere the run can see."""
+    project = copy_run(pushed, tmp_path / "project")
+    shutil.move(project / "data/sample", tmp_path / "elsewhere")
+    set_params(project, {"prepare.engine": "ray", "prepare.ray_address": cluster.address,
+                         "prepare.ray_inputs": "remote"})
+    proc = run_stage("prepare", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    want = tree(pushed / "data/processed")
+    assert len(want) > 4 and tree(project / "data/processed") == want
+
+
 def shmem_kib() -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("RssShmem"))
@@ -160,13 +180,26 @@ def test_an_unreachable_address_is_a_one_line_error_at_once(tmp_path):
     assert "ray start --head" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_remote_inputs_need_a_folder_dvc_tracks(tmp_path):
+    make_dataset(tmp_path)
+    set_params(tmp_path, {"prepare.engine": "ray", "prepare.ray_inputs": "remote"})
+    proc = run_stage("prepare", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"{tmp_path / 'src'} is not a folder DVC tracks" in proc.stderr, proc.stderr
+    assert "set prepare.ray_inputs to path" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_engine_and_address_are_checked(tmp_path):
     from stages.lib.params import load
 
     path = tmp_path / "params.yaml"
     for values, message in (({"engine": "spark"}, r"`prepare\.engine` must be one of local, ray"),
                             ({"ray_address": "10.0.0.1:6379"},
-                             r"`prepare\.ray_address` .* only used with prepare\.engine: ray")):
+                             r"`prepare\.ray_address` .* only used with prepare\.engine: ray"),
+                            ({"ray_inputs": "remote"},
+                             r"`prepare\.ray_inputs: remote` needs prepare\.engine: ray"),
+                            ({"engine": "ray", "ray_inputs": "s3"},
+                             r"`prepare\.ray_inputs` must be one of path, remote")):
         path.write_text(yaml.safe_dump({"prepare": values}))
         with pytest.raises(StageError, match=message):
             load("prepare", path)

@@ -116,6 +116,10 @@ class Prepare:
     # engine ray: the cluster's address (HOST:6379, or ray://HOST:10001); "" = a cluster on
     # this machine alone, started for the run (prepare.workers CPUs)
     ray_address: str = ""
+    # engine ray: where the tasks read the images: path = data.source at its absolute path on
+    # every node (a shared filesystem); remote = data.source's files as `dvc push` left them on
+    # the project's default DVC remote (S3), each node with its own S3 credentials
+    ray_inputs: str = knob("path", choices=("path", "remote"))
     # text lines: > 0 resizes each image to this height, aspect kept, right-padded (or squeezed)
     # to `width`, instead of image_size x image_size; 0 = off (square images)
     height: int = knob(0, at_least=0)
@@ -138,6 +142,8 @@ class Prepare:
         if self.ray_address and self.engine != "ray":
             out.append(f"`prepare.ray_address` ({self.ray_address!r}) is only used with "
                        f"prepare.engine: ray; set prepare.engine to ray or ray_address to \"\"")
+        if self.ray_inputs != "path" and self.engine != "ray":
+            out.append(f"`prepare.ray_inputs: {self.ray_inputs}` needs prepare.engine: ray")
         if self.width_buckets and not self.height:
             out.append("prepare.width_buckets needs prepare.height (text lines)")
         if self.width_buckets and (self.width_buckets != sorted(set(self.width_buckets))
@@ -324,7 +330,7 @@ SECTIONS = {
 # prepare's keys that say where the work runs, never what it makes (the same bytes whatever
 # they are, tested): no stage lists them in dvc.yaml and no out hashes them (export's
 # provenance, the report), so a run through Ray and a local run write the same dvc.lock.
-PREPARE_PLACEMENT = ("workers", "engine", "ray_address")
+PREPARE_PLACEMENT = ("workers", "engine", "ray_address", "ray_inputs")
 PREPARE_RESULT = tuple(f"prepare.{f.name}" for f in dataclasses.fields(Prepare)
                        if f.name not in PREPARE_PLACEMENT)
 

@@ -21,6 +21,81 @@ CHUNK = 256  # rows per task: ~0.1 s of decode at small sizes, 20 MiB at 160 px 
 STAGES = Path(__file__).resolve().parent.parent  # the `stages` package, shipped to the workers
 
 
+def remote_spec(source: Path) -> tuple:
+    """prepare.ray_inputs: remote: ("s3", the default DVC remote's URL, its endpointurl, the
+    .dir hash of data.source in dvc.lock or <source>.dvc, data.source's absolute path): what a
+    task needs to find each file the way `dvc push` stored it (files/md5/<2>/<30>); the path
+    is for what a task's encoder reads itself (segmentation's masks). Credentials are not
+    sent: each node uses its own (environment, config file or instance role, as boto3 finds
+    them)."""
+    import yaml
+    from dvc.repo import Repo
+
+    def outs():
+        lock = Path("dvc.lock")
+        if lock.exists():
+            for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
+                yield from stage.get("outs", [])
+        tracked = Path(f"{source}.dvc")
+        if tracked.exists():
+            yield from (yaml.safe_load(tracked.read_text()) or {}).get("outs", [])
+
+    want = source.resolve()
+    digest = next((o.get("md5", "") for o in outs()
+                   if Path(o.get("path", "")).resolve() == want
+                   and str(o.get("md5", "")).endswith(".dir")), "")
+    if not digest:
+        raise StageError(f"prepare.ray_inputs: remote: {source} is not a folder DVC tracks (no "
+                         f"entry in dvc.lock or {source}.dvc): track it and `dvc push` it, or "
+                         f"set prepare.ray_inputs to path (a shared filesystem)")
+    with Repo(".") as repo:
+        name = repo.config.get("core", {}).get("remote")
+        remote = repo.config.get("remote", {}).get(name or "", {})
+    url = str(remote.get("url", ""))
+    if not url.startswith("s3://"):
+        raise StageError(f"prepare.ray_inputs: remote needs a default DVC remote on S3 (`dvc "
+                         f"remote add -d NAME s3://BUCKET/PATH`); the default is "
+                         f"{url or 'not set'}")
+    return ("s3", url, remote.get("endpointurl") or "", digest, str(want))
+
+
+class RemoteTree:
+    """data.source's files on the DVC remote's S3, opened by path (`tree / "cat/1.png"`: the
+    file's bytes, a file object), found through data.source's .dir listing (fetched once)."""
+
+    def __init__(self, url: str, endpoint: str, digest: str):
+        import json
+
+        import boto3
+
+        self.url = url
+        self.bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        self.prefix = prefix.strip("/")
+        self.s3 = boto3.client("s3", endpoint_url=endpoint or None)
+        self.files = {e["relpath"]: e["md5"] for e in json.loads(self.read(digest))}
+
+    def read(self, digest: str) -> bytes:
+        key = "/".join(p for p in (self.prefix, "files", "md5", digest[:2], digest[2:]) if p)
+        try:
+            return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            raise FileNotFoundError(2, "not on the DVC remote (dvc push it)",
+                                    f"{self.url}/{key}") from None
+
+    def __truediv__(self, path):
+        import errno
+        import io
+
+        digest = self.files.get(str(path))
+        if digest is None:
+            raise FileNotFoundError(errno.ENOENT, "not in data.source as DVC tracks it",
+                                    f"{self.url}: {path}")
+        return io.BytesIO(self.read(digest))
+
+    def __str__(self):
+        return self.url
+
+
 def _call(name: str, job):
     """A Ray task: stages.prepare's function `name` on one job (looked up by name in the
     worker: the driver's stages.prepare may be __main__, which Ray would pickle by value)."""
@@ -114,13 +189,20 @@ class RayEngine:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
+            from stages.prepare import source_path
+
             cause = getattr(exc, "cause", None)
+            if isinstance(cause, FileNotFoundError) and str(cause.filename).startswith("s3:"):
+                raise StageError(f"{cause.filename}: {cause.strerror}: prepare.ray_inputs: "
+                                 f"remote reads data.source's files as the last `dvc push` "
+                                 f"left them; push them again (dvc push)") from None
             if isinstance(cause, FileNotFoundError):
                 raise StageError(
                     f"{cause.filename}: not found by a Ray worker. With prepare.engine: ray "
-                    f"the workers read data.source at {self.source}, the path it has here: "
-                    f"put the data on a filesystem every node mounts at that path (NFS, a "
-                    f"shared volume) and set data.source to it.") from None
+                    f"the workers read data.source at {source_path(self.source)}, the path it "
+                    f"has here: put the data on a filesystem every node mounts at that path "
+                    f"(NFS, a shared volume) and set data.source to it, or push it and set "
+                    f"prepare.ray_inputs: remote.") from None
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
