@@ -15,9 +15,11 @@ import os
 LOCAL = ("", "local")
 
 
-def connect(address: str | None = None, num_cpus: int | None = None):
+def connect(address: str | None = None, num_cpus: int | None = None,
+            runtime_env: dict | None = None):
     """The `ray` module, connected to `address` (see the module doc); num_cpus bounds a local
-    cluster (default: this machine's cores)."""
+    cluster (default: this machine's cores); runtime_env is this job's (Ray's runtime_env,
+    e.g. {"env_vars": {...}} for its workers)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if (address or "") in LOCAL:  # a local cluster binds to loopback only: Ray reads this
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # flag at import (its
@@ -28,6 +30,8 @@ def connect(address: str | None = None, num_cpus: int | None = None):
         return ray
     quiet = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False,
              "configure_logging": False}
+    if runtime_env:
+        quiet["runtime_env"] = runtime_env
     if (address or "") in LOCAL:
         ray.init(num_cpus=num_cpus, **quiet)
     else:
