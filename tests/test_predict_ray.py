@@ -24,6 +24,8 @@ def cluster():
     """(cluster, its address, the non-head node): 1 CPU each, everything on 127.0.0.1."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's loopback-only mode
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT)  # the nodes' workers import the project from there
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
@@ -34,6 +36,10 @@ def cluster():
         yield c, c.address, node
     finally:
         c.shutdown()
+        if before is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def predict(cwd, *args, env=None, wait=True):

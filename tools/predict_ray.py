@@ -47,14 +47,15 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
 
 def connect(address: str):
     """The ray module, connected (stages.lib.raycluster) to a local cluster (address "local")
-    or to the cluster at address; the workers import this project's code from ROOT."""
+    or to the cluster at address. Workers import this project's code as Ray lets them: a
+    local cluster's inherit this process's environment; Ray adds the driver's working
+    directory (the project root, where predict runs) to every worker's import path."""
     from stages.lib import hooks, raycluster
 
     if address not in raycluster.LOCAL:
         check_reachable(address)
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": path, **hooks.forwarded()}
-    return raycluster.connect(address, runtime_env={"env_vars": env})
+    env = hooks.forwarded()  # tests only: a runtime_env starts fresh workers (seconds each)
+    return raycluster.connect(address, runtime_env={"env_vars": env} if env else None)
 
 
 def shards(paths, size: int):
@@ -186,10 +187,11 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
                     raise StageError(cause.message) from None
                 raise cause from None
             except ray.exceptions.RayError as exc:  # a node, actor or object was lost
-                if "creation task" in str(exc):  # the actor could not load the model
-                    raise StageError(f"--ray: an actor could not load the model "
-                                     f"{spec['path']} ({exc}); the model must be at that "
-                                     f"path on every node (docs/ray.md).") from None
+                if "creation task" in str(exc):  # the actor could not start
+                    raise StageError(f"--ray: an actor could not start ({exc}); every node "
+                                     f"needs this project at {ROOT} (run predict from there, "
+                                     f"or set PYTHONPATH for `ray start`) and the model at "
+                                     f"{spec['path']} (docs/ray.md).") from None
                 if isinstance(exc, ray.exceptions.RayActorError):
                     load.pop(actor, None)
                 if attempt >= RETRIES:

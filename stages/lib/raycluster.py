@@ -33,7 +33,9 @@ def connect(address: str | None = None, num_cpus: int | None = None,
     if runtime_env:
         quiet["runtime_env"] = runtime_env
     if (address or "") in LOCAL:
-        ray.init(num_cpus=num_cpus, **quiet)
+        # address="local": always a new cluster of our own; ray.init() without an address
+        # would join the latest cluster started on this machine (/tmp/ray/ray_current_cluster)
+        ray.init(address="local", num_cpus=num_cpus, **quiet)
     else:
         ray.init(address=address, **quiet)
     return ray
