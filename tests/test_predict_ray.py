@@ -71,6 +71,23 @@ def classified(trained_project, tmp_path_factory):
     return root, out.read_bytes()
 
 
+def test_unreachable_address_fails_in_seconds_naming_the_fix(tmp_path):
+    import socket
+
+    write_image(tmp_path / "a.png")
+    with socket.socket() as s:  # a free port on loopback: nothing answers there
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    start = time.monotonic()
+    proc = predict(tmp_path, "a.png", "--out", "p.jsonl", "--ray", address)
+    assert proc.returncode == 1 and time.monotonic() - start < 30
+    assert f"--ray {address}: no Ray cluster answers there" in proc.stderr
+    assert "ray start --head" in proc.stderr
+    assert not (tmp_path / "p.jsonl").exists()  # nothing written
+    proc = predict(tmp_path, "a.png", "--ray", "nohost")
+    assert proc.returncode == 1 and "not a Ray address" in proc.stderr
+
+
 def test_cluster_binds_to_loopback(cluster):
     c, address, node = cluster
     assert address.startswith("127.0.0.1:")
