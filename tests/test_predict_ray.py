@@ -135,6 +135,16 @@ def test_other_tasks_equal_the_local_predict(cluster, task, request, tmp_path):
                                shallow=False), rel
 
 
+def test_bare_ray_starts_a_local_cluster_of_its_own(classified, trained_project, tmp_path):
+    """A bare --ray: a one-machine cluster on 127.0.0.1 for this run (not the module's cluster,
+    although it is the latest started on this machine), the same bytes."""
+    root, local = classified
+    out = tmp_path / "ray.jsonl"
+    proc = predict(root, ".", *model_args(trained_project), *BATCH, "--out", str(out), "--ray")
+    assert proc.returncode == 3, proc.stderr
+    assert out.read_bytes() == local
+
+
 def lines(path):
     return path.read_bytes().count(b"\n") if path.exists() else 0
 

@@ -143,8 +143,7 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
     decode = ray.remote(num_cpus=0, max_retries=3)(decode_shard)
     actor_class = ray.remote(num_cpus=cpus, max_restarts=0)(Predictor)
     size = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
-    actors = [actor_class.remote(spec) for _ in range(size)]
-    load = dict.fromkeys(actors, 0)
+    load = {actor_class.remote(spec): 0 for _ in range(size)}  # live actors -> shards queued
     inflight = {}  # ref -> (index, actor, items, attempt)
     finished = {}  # index -> rows by batch, waiting for the shards before it
     source = iter(enumerate(shards(paths, batch_size * shard_batches)))
