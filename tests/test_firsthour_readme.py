@@ -86,6 +86,9 @@ SKIP = {
     r"^python -m tools\.verify":
         "re-runs the whole pipeline in a clean clone; tests/test_verify.py and "
         "tests/test_firsthour_verify.py run it (--rev with an older commit included)",
+    r"^ray start |--ray":
+        "Ray nodes on several machines, and predict on them; tests/test_predict_ray.py runs "
+        "predict --ray on a two-node cluster on 127.0.0.1",
     r"^python3\.11 -m venv /tmp/lock-env":
         "installs from the package index (network) to regenerate requirements.lock",
 }

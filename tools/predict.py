@@ -9,6 +9,7 @@ same command skips every path already in --out and repairs a torn last line firs
 Test hook (stages/lib/hooks.py): PREDICT_DELAY_S sleeps after every written batch, so a test can
 SIGKILL a slow run at an arbitrary moment.
 """
+import atexit
 import errno
 import glob
 import json
@@ -448,6 +449,44 @@ def open_output(out: Path, fmt: str, fields: list[str]):
 
 # --- the run -----------------------------------------------------------------------------
 
+def decode_input(path, model, max_pixels: int, source=None) -> tuple:
+    """(path, uint8 image or None, error) of one input: a Problem is never opened; a file that
+    cannot be read or decoded gets its error. source: where to read it (default: path)."""
+    from tools.inference import BadImage, read_image
+
+    if isinstance(path, Problem):
+        return (path, None, path.error)
+    try:
+        return (path, read_image(source or path, model.image_size, model.channels, max_pixels,
+                                 model.letterbox), "")
+    except BadImage as exc:
+        return (path, None, f"{exc.kind}: {exc}")
+
+
+def infer(model, batch, top_k: int) -> list[dict]:
+    """predict_rows of one batch; a failure of the model itself is a StageError."""
+    try:
+        return predict_rows(model, batch, top_k, model.weights_sha256)
+    except Exception as exc:  # the images decoded fine: the model (or its file) is bad
+        raise StageError(f"{model.path}: inference failed on the batch starting at "
+                         f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
+                         f"so far are kept; re-run to continue.") from exc
+
+
+def pending(paths, out, done: set, failed_before: set, counts: dict):
+    """The inputs still to predict, in order: each path once, --out itself and the paths
+    already in --out skipped (counted in counts)."""
+    out_abs = None if out == STDOUT else os.path.abspath(out)
+    for path in paths:
+        if os.path.abspath(path) == out_abs:  # `predict . --out p.jsonl`: not an input
+            continue
+        if path in done or path in failed_before:
+            counts["skipped_failed" if path in failed_before else "skipped"] += 1
+            continue
+        done.add(path)  # a path listed twice gets one row
+        yield path
+
+
 def predict_rows(model, batch, top_k: int, version: str = "") -> list[dict]:
     """batch: [(path, uint8 image or None, error)] -> output rows in the same order, each
     with the model version."""
@@ -539,8 +578,18 @@ def write_failed(out: Path, exc: OSError) -> StageError:
 @click.option("--retry-failed", is_flag=True,
               help="Drop the error rows from --out and predict those paths again. Without "
                    "SOURCE, only the failed paths are re-run.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None,
+              metavar="[ADDRESS]",
+              help="Run on a Ray cluster: the cluster at ADDRESS (HOST:6379, as `ray start "
+                   "--head` prints it), or a bare --ray for a local one on this machine. The "
+                   "same rows, in the same order, as without it; the inputs must be at a "
+                   "path every node can read (docs/ray.md).")
+@click.option("--ray-shard", type=click.IntRange(min=1), default=4, show_default=True,
+              metavar="BATCHES",
+              help="With --ray: batches (of --batch-size images) per shard, the unit a worker "
+                   "decodes and an actor predicts.")
 def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max_pixels,
-         overwrite, out_dir, retry_failed, score_threshold, beam):
+         overwrite, out_dir, retry_failed, score_threshold, beam, ray_address, ray_shard):
     """Predict the class of every image in SOURCE... and write one row per image to --out.
 
     SOURCE is an image file, a folder (all files below it, recursively, sorted; hidden ones
@@ -562,7 +611,7 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     """
     from tqdm import tqdm
 
-    from tools.inference import BadImage, load, read_image
+    from tools.inference import load
 
     if not sources and not retry_failed:
         raise click.UsageError("give at least one SOURCE (or --retry-failed to re-run the "
@@ -583,6 +632,12 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     if to_stdout and retry_failed:
         raise click.UsageError("--retry-failed needs an --out file, not stdout.")
     fmt = output_format(out, fmt)
+    if ray_address is not None:  # first: an unreachable cluster changes nothing
+        from stages.lib import raycluster
+        from tools.predict_ray import connect
+
+        ray = connect(ray_address)
+        atexit.register(raycluster.disconnect)
     model = load(backend, model_path, threads)
     apply_decode_options(model, score_threshold, beam)
     fields = output_fields(model)
@@ -614,61 +669,52 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
         return iter_inputs(sources) if sources else iter(retry)
 
     total = (sum(1 for _ in inputs()) if sys.stderr.isatty() and not to_stdout
-             else None)  # for the ETA only
+             and ray_address is None else None)  # for the ETA only
     delay = float(hooks.value("PREDICT_DELAY_S") or 0)
 
     counts = {"ok": 0, "failed": 0, "skipped": 0, "skipped_failed": 0}
     start = time.perf_counter()
-    batch = []
     try:
         f = StdoutRows(fmt, fields) if to_stdout else open_output(out, fmt, fields)
     except OSError as exc:
         raise write_failed(out, exc) from None
-    with f, tqdm(inputs(), total=total, unit="img", disable=True if to_stdout else None,
-                 desc="predict", dynamic_ncols=True) as bar:
-        def flush():
-            try:
-                rows = predict_rows(model, batch, top_k, model.weights_sha256)
-            except Exception as exc:  # the images decoded fine: the model (or its file) is bad
-                raise StageError(f"{model.path}: inference failed on the batch starting at "
-                                 f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
-                                 f"so far are kept; re-run to continue.") from exc
-            if out_dir is not None:
-                try:
-                    rows = [model.task.write_prediction(r, out_dir) if not r["error"] else r
-                            for r in rows]
-                except OSError as exc:
-                    raise write_failed(out_dir.root, exc) from None
-            try:
-                f.write_rows(rows) if to_stdout else write_batch(f, rows, fmt, fields)
-            except OSError as exc:
-                raise write_failed(out, exc) from None
-            for row in rows:
-                counts["failed" if row["error"] else "ok"] += 1
-            batch.clear()
-            if delay:
-                time.sleep(delay)
 
-        out_abs = None if to_stdout else os.path.abspath(out)
-        for path in bar:
-            if os.path.abspath(path) == out_abs:  # `predict . --out p.jsonl`: not an input
-                continue
-            if path in done or path in failed_before:
-                counts["skipped_failed" if path in failed_before else "skipped"] += 1
-                continue
-            done.add(path)  # a path listed twice gets one row
-            if isinstance(path, Problem):
-                batch.append((path, None, path.error))
-            else:
-                try:
-                    batch.append((path, read_image(path, model.image_size, model.channels,
-                                                   max_pixels, model.letterbox), ""))
-                except BadImage as exc:
-                    batch.append((path, None, f"{exc.kind}: {exc}"))
-            if len(batch) >= batch_size:
-                flush()
-        if batch:
-            flush()
+    def emit(rows):
+        """Write one batch's rows (and their --out-dir files), durably, then count them."""
+        if out_dir is not None:
+            try:
+                rows = [model.task.write_prediction(r, out_dir) if not r["error"] else r
+                        for r in rows]
+            except OSError as exc:
+                raise write_failed(out_dir.root, exc) from None
+        try:
+            f.write_rows(rows) if to_stdout else write_batch(f, rows, fmt, fields)
+        except OSError as exc:
+            raise write_failed(out, exc) from None
+        for row in rows:
+            counts["failed" if row["error"] else "ok"] += 1
+        if delay:
+            time.sleep(delay)
+
+    with f:
+        if ray_address is not None:
+            from tools.predict_ray import predict_on_ray
+
+            predict_on_ray(ray, pending(inputs(), out, done, failed_before, counts),
+                           model, model_path, emit, batch_size=batch_size, shard_batches=ray_shard,
+                           top_k=top_k, max_pixels=max_pixels, threads=threads,
+                           progress=not to_stdout)
+        else:
+            with tqdm(inputs(), total=total, unit="img", disable=True if to_stdout else None,
+                      desc="predict", dynamic_ncols=True) as bar:
+                batch = []
+                for path in pending(bar, out, done, failed_before, counts):
+                    batch.append(decode_input(path, model, max_pixels))
+                    if len(batch) >= batch_size:
+                        emit(infer(model, batch, top_k))
+                        batch.clear()
+                if batch:
+                    emit(infer(model, batch, top_k))
     seconds = time.perf_counter() - start
     new = counts["ok"] + counts["failed"]
     failed = counts["failed"] + counts["skipped_failed"]

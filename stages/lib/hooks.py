@@ -16,6 +16,8 @@ HOOKS = {
     "EXPORT_FORMAT_SHIFT": "export: FORMAT=SHIFT (e.g. openvino=0.5): that format is converted "
                            "from an ONNX graph that adds SHIFT to its input (its gate must fail)",
     "PREDICT_DELAY_S": "tools.predict: sleep this many seconds after every written batch",
+    "PREDICT_RAY_DELAY_S": "tools.predict --ray: each actor sleeps this many seconds after "
+                           "every batch it predicts (a node can be removed mid-shard)",
 }
 
 
@@ -23,6 +25,12 @@ def env_name(name: str) -> str:
     if name not in HOOKS:
         raise KeyError(f"unknown test hook {name}; known: {', '.join(HOOKS)}")
     return PREFIX + name
+
+
+def forwarded() -> dict:
+    """The hooks set here, {env name: value}: what a process started elsewhere (a Ray worker)
+    must be given to see them."""
+    return {k: v for k, v in os.environ.items() if k.startswith(PREFIX)}
 
 
 def value(name: str) -> str:
