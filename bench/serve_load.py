@@ -25,10 +25,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_memory import HEALTH_TARGET_MS, ROOT, free_port, worst_cases  # noqa: E402
+try:  # imported as bench.serve_load (tests); bench/ never goes on sys.path there, where its
+    # ray.py and queue.py would shadow Ray and the standard library's queue for the session
+    from bench.serve_memory import HEALTH_TARGET_MS, ROOT, free_port, worst_cases
+except ImportError:  # run as a script: bench/ is sys.path[0] already
+    from serve_memory import HEALTH_TARGET_MS, ROOT, free_port, worst_cases
 
 PROBE = """
 import sys, threading, time, httpx

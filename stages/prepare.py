@@ -22,6 +22,7 @@ import contextlib
 import functools
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import click
@@ -373,12 +374,10 @@ def main(params_path):
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
     if p.engine == "ray":  # the tasks read data.source where they run: at its absolute path
-        from stages.lib.rayprep import RayEngine
-
-        from stages.lib.rayprep import remote_spec
+        from stages.lib.rayprep import RayEngine, remote_spec
 
         source = remote_spec(source) if p.ray_inputs == "remote" else source.resolve()
-        workers_pool = RayEngine(p.ray_address, workers, source)
+        workers_pool = RayEngine(p.ray_address, workers, source, sys.modules[__name__])
         how = workers_pool.describe()
     else:
         # the pool first: its workers inherit this process as it is now, without the

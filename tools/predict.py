@@ -24,6 +24,7 @@ import click
 from stages.lib import hooks
 from stages.lib.io import StageError, replace_file
 from tools.options import apply_decode_options, model_options
+from tools.predict_rows import Problem, decode_input, infer, predict_rows  # noqa: F401
 
 
 
@@ -44,16 +45,6 @@ EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_SOME_FAILED = 0, 1, 2, 3
 
 
 # --- inputs ------------------------------------------------------------------------------
-
-class Problem(str):
-    """An input path that gets an error row without being opened: an unreadable folder, a
-    symlink loop, a folder reached twice, a FIFO, socket or device. Equal to its path."""
-
-    def __new__(cls, path: str, error: str):
-        obj = super().__new__(cls, path)
-        obj.error = error
-        return obj
-
 
 def _kind(mode: int) -> str:
     return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
@@ -449,30 +440,6 @@ def open_output(out: Path, fmt: str, fields: list[str]):
 
 # --- the run -----------------------------------------------------------------------------
 
-def decode_input(path, model, max_pixels: int, source=None) -> tuple:
-    """(path, uint8 image or None, error) of one input: a Problem is never opened; a file that
-    cannot be read or decoded gets its error. source: where to read it (default: path)."""
-    from tools.inference import BadImage, read_image
-
-    if isinstance(path, Problem):
-        return (path, None, path.error)
-    try:
-        return (path, read_image(source or path, model.image_size, model.channels, max_pixels,
-                                 model.letterbox), "")
-    except BadImage as exc:
-        return (path, None, f"{exc.kind}: {exc}")
-
-
-def infer(model, batch, top_k: int) -> list[dict]:
-    """predict_rows of one batch; a failure of the model itself is a StageError."""
-    try:
-        return predict_rows(model, batch, top_k, model.weights_sha256)
-    except Exception as exc:  # the images decoded fine: the model (or its file) is bad
-        raise StageError(f"{model.path}: inference failed on the batch starting at "
-                         f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
-                         f"so far are kept; re-run to continue.") from exc
-
-
 def pending(paths, out, done: set, failed_before: set, counts: dict):
     """The inputs still to predict, in order: each path once, --out itself and the paths
     already in --out skipped (counted in counts)."""
@@ -485,22 +452,6 @@ def pending(paths, out, done: set, failed_before: set, counts: dict):
             continue
         done.add(path)  # a path listed twice gets one row
         yield path
-
-
-def predict_rows(model, batch, top_k: int, version: str = "") -> list[dict]:
-    """batch: [(path, uint8 image or None, error)] -> output rows in the same order, each
-    with the model version."""
-    from tools.inference import predict_batch
-
-    preds = iter(predict_batch(model, [img for _, img, _ in batch if img is not None], top_k))
-    rows = []
-    for path, img, error in batch:
-        if img is None:
-            rows.append({"path": path, **model.task.empty_prediction(), "error": error,
-                         "model": version})
-        else:
-            rows.append({"path": path, **next(preds), "error": "", "model": version})
-    return rows
 
 
 def check_model(out: Path, fmt: str, fields: list[str], version: str) -> None:

@@ -71,7 +71,7 @@ def decode_shard(items, model_spec: dict, max_pixels: int):
     """Worker side: [(path, absolute path, problem error)] -> [(path, array, (w, h), error)]."""
     import numpy as np
 
-    from tools.predict import Problem, decode_input
+    from tools.predict_rows import Problem, decode_input
 
     out = []
     for path, source, problem in items:
@@ -101,7 +101,7 @@ class Predictor:
 
     def predict(self, decoded, batch_size: int, top_k: int) -> list[list[dict]]:
         from tools.inference import sized
-        from tools.predict import infer
+        from tools.predict_rows import infer
 
         batch = [(path, None if img is None else sized(img, size), error)
                  for path, img, size, error in decoded]

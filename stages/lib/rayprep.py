@@ -146,12 +146,14 @@ class StorePages:
 
 
 class RayEngine:
-    """A connection to a Ray cluster that runs prepare's jobs; shut down as a pool is."""
+    """A connection to a Ray cluster that runs prepare's jobs; shut down as a pool is. The
+    stage passes itself in (`stage`: stages.prepare, for source_path, OUT_DIR and
+    decode_rows): stages/lib sits below the stages and never imports them."""
 
-    def __init__(self, address: str, num_cpus: int, source: Path):
+    def __init__(self, address: str, num_cpus: int, source: Path, stage):
         from stages.lib import raycluster
 
-        self.address, self.source = address, source
+        self.address, self.source, self.stage = address, source, stage
         try:
             self.ray = raycluster.connect(address, num_cpus,
                                           runtime_env={"py_modules": [str(STAGES)]})
@@ -189,8 +191,7 @@ class RayEngine:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:
-            from stages.prepare import source_path
-
+            source_path = self.stage.source_path
             cause = getattr(exc, "cause", None)
             if isinstance(cause, FileNotFoundError) and str(cause.filename).startswith("s3:"):
                 raise StageError(f"{cause.filename}: {cause.strerror}: prepare.ray_inputs: "
@@ -230,7 +231,7 @@ class RayEngine:
         from stages.lib.images import input_hw
         from stages.lib.io import StreamedWrite, commit
         from stages.lib.shards import IMAGES, TARGETS, WIDTHS, NpyBuffer, save_npy, shard_name
-        from stages.prepare import OUT_DIR, decode_rows
+        OUT_DIR, decode_rows = self.stage.OUT_DIR, self.stage.decode_rows  # noqa: N806
 
         sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
         # (split, shard, first row, rows): the rows are sliced as they are sent, never all

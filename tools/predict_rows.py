@@ -1,0 +1,54 @@
+"""The steps of a prediction that every path shares, one file and one batch at a time: the
+local predict (tools/predict.py) and the Ray workers of `--ray` (tools/predict_ray.py) run
+these same functions, so their rows are the same bytes."""
+from stages.lib.io import StageError
+
+
+class Problem(str):
+    """An input path that gets an error row without being opened: an unreadable folder, a
+    symlink loop, a folder reached twice, a FIFO, socket or device. Equal to its path."""
+
+    def __new__(cls, path: str, error: str):
+        obj = super().__new__(cls, path)
+        obj.error = error
+        return obj
+
+
+def decode_input(path, model, max_pixels: int, source=None) -> tuple:
+    """(path, uint8 image or None, error) of one input: a Problem is never opened; a file that
+    cannot be read or decoded gets its error. source: where to read it (default: path)."""
+    from tools.inference import BadImage, read_image
+
+    if isinstance(path, Problem):
+        return (path, None, path.error)
+    try:
+        return (path, read_image(source or path, model.image_size, model.channels, max_pixels,
+                                 model.letterbox), "")
+    except BadImage as exc:
+        return (path, None, f"{exc.kind}: {exc}")
+
+
+def infer(model, batch, top_k: int) -> list[dict]:
+    """predict_rows of one batch; a failure of the model itself is a StageError."""
+    try:
+        return predict_rows(model, batch, top_k, model.weights_sha256)
+    except Exception as exc:  # the images decoded fine: the model (or its file) is bad
+        raise StageError(f"{model.path}: inference failed on the batch starting at "
+                         f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "
+                         f"so far are kept; re-run to continue.") from exc
+
+
+def predict_rows(model, batch, top_k: int, version: str = "") -> list[dict]:
+    """batch: [(path, uint8 image or None, error)] -> output rows in the same order, each
+    with the model version."""
+    from tools.inference import predict_batch
+
+    preds = iter(predict_batch(model, [img for _, img, _ in batch if img is not None], top_k))
+    rows = []
+    for path, img, error in batch:
+        if img is None:
+            rows.append({"path": path, **model.task.empty_prediction(), "error": error,
+                         "model": version})
+        else:
+            rows.append({"path": path, **next(preds), "error": "", "model": version})
+    return rows
