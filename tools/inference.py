@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.images import sha256_file
-from stages.lib.io import StageError
+from stages.lib.io import StageError, mode_kind
 from stages.lib.params import MAX_PIXELS
 from tools.options import BACKENDS
 
@@ -53,10 +53,7 @@ def open_regular(path):
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a folder" if
-                stat.S_ISDIR(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "not a regular file")
-        raise BadImage("not_regular", f"{kind}: not read")
+        raise BadImage("not_regular", f"{mode_kind(mode)}: not read")
     os.set_blocking(fd, True)
     return io.BufferedReader(io.FileIO(fd, "rb"))
 

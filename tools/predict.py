@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from stages.lib import hooks
-from stages.lib.io import StageError, replace_file
+from stages.lib.io import StageError, mode_kind, replace_file
 from tools.options import apply_decode_options, model_options
 from tools.predict_rows import Problem, decode_input, infer, predict_rows  # noqa: F401
 
@@ -46,14 +46,8 @@ EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_SOME_FAILED = 0, 1, 2, 3
 
 # --- inputs ------------------------------------------------------------------------------
 
-def _kind(mode: int) -> str:
-    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder"
-            if stat.S_ISDIR(mode) else "not a regular file")
-
-
 def _special(mode: int) -> str:
-    return f"not_regular: {_kind(mode)}, not read"
+    return f"not_regular: {mode_kind(mode)}, not read"
 
 
 def _scan(path: str):
@@ -274,7 +268,7 @@ def check_sources(sources) -> None:
                                        f"{source}).") from None
             if not stat.S_ISREG(mode):  # never opened: a FIFO would hang predict
                 raise click.UsageError(f"list file {source[1:]} is not a regular file "
-                                       f"({_kind(mode)}, not read; SOURCE {source}): give a "
+                                       f"({mode_kind(mode)}, not read; SOURCE {source}): give a "
                                        f"text file with one path per line.")
         elif not os.path.exists(source) and not (glob.has_magic(source) and _glob(source)):
             raise click.UsageError(f"SOURCE {source} is neither a file, a folder nor a glob "
