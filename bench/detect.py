@@ -13,6 +13,12 @@ The images are the built-in sample's (drawn in memory), at the sample's params. 
 `uptime`'s load so a reader can judge the machine.
 
     python bench/detect.py [--images 128] [--epochs 2] [--no-aug]
+
+3. with --quality, box quality per CPU second instead (bench/detect_quality.py): the real
+   train and evaluate stages on the sample at each --budget, mAP50, mAP50-95, mAP75, small and
+   medium AP and the train stage's CPU seconds, one line per ablation.
+
+    python bench/detect.py --quality [--budget 30 --budget recipe] [--ablate-at 30]
 """
 import sys
 
@@ -34,7 +40,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 @click.option("--epochs", default=2, show_default=True, help="Timed epochs (+1 warm-up).")
 @click.option("--no-aug", is_flag=True, help="Augmentation off in the stage's loop too.")
 @click.option("--threads", default=2, show_default=True)
-def main(images, epochs, no_aug, threads):
+@click.option("--quality", is_flag=True,
+              help="Box quality instead of speed: train and evaluate the sample per budget and "
+                   "ablation (bench/detect_quality.py).")
+@click.option("--budget", "budgets", multiple=True, default=("30", "recipe"), show_default=True,
+              help="--quality: train epochs per run, or `recipe` (the sample's).")
+@click.option("--ablate-at", multiple=True, default=("30",), show_default=True,
+              help="--quality: at these budgets also one run per change taken away, and one "
+                   "with none (none: pass --ablate-at '').")
+@click.option("--workdir", default="/tmp/bench-detect-quality", show_default=True,
+              help="--quality: where the prepared sample and the runs go.")
+def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir):
+    if quality:
+        from bench.detect_quality import main as quality_main
+
+        return quality_main(budgets, ablate_at, workdir)
     import numpy as np
     import torch
 

@@ -123,8 +123,11 @@ def setup(p, meta, task, device="cpu"):
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=p.precision == "fp16")
     state = {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "seen": 0, "history": [],
              "best": None}
+    from stages.lib import ema
+
     return {"model": model, "opt": opt, "sched": sched, "scaler": scaler, "state": state,
-            "task": task, "p": p, "facts": facts, "eval_modules": eval_modules}
+            "task": task, "p": p, "facts": facts, "eval_modules": eval_modules,
+            "ema": ema.build(model, p)}
 
 
 def checkpoint(run, p, fingerprint) -> dict:
@@ -141,7 +144,8 @@ def checkpoint(run, p, fingerprint) -> dict:
     return {**run["state"], "model": checkpoint_state(model, p),
             "optimizer": run["opt"].state_dict(),
             "scheduler": run["sched"].state_dict(), "scaler": run["scaler"].state_dict(),
-            "rng": rng, "params": resume_params(p), "fingerprint": fingerprint}
+            "ema": run["ema"].state_dict() if run.get("ema") else None, "rng": rng,
+            "params": resume_params(p), "fingerprint": fingerprint}
 
 
 # train params that never change the training itself: left out of the checkpoint and of the
@@ -185,6 +189,8 @@ def restore(run, ckpt) -> None:
     run["opt"].load_state_dict(ckpt["optimizer"])
     run["sched"].load_state_dict(ckpt["scheduler"])
     run["scaler"].load_state_dict(ckpt["scaler"])
+    if run.get("ema") is not None:  # the fingerprint holds train.ema: the checkpoint has one
+        run["ema"].load_state_dict(ckpt["ema"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     if "cuda" in ckpt["rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
@@ -321,6 +327,8 @@ def train_epoch(p, run, ds, trainable, device, world, on_step, on_checkpoint) ->
         st["loss_sum"] += value * len(idx)
         st["seen"] += len(idx)
         st["step"] += 1
+        if run.get("ema") is not None:
+            run["ema"].update(getattr(run["model"], "module", run["model"]), st["step"])
         st["batch"] = b + 1
         window = []
         if on_step:
@@ -418,8 +426,11 @@ def end_epoch(p, run, x_val, y_val, device, world) -> tuple[dict, bool]:
         totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
         dist.all_reduce(totals)
         loss_sum, count = totals.tolist()
-    val_loss, val_metric = evaluate_loss(run["model"], x_val, y_val, task, device=device,
-                                         widths=(run.get("widths") or (None, None))[1])
+    from stages.lib import ema
+
+    with ema.applied(run):  # train.ema: the average is what is validated (and kept)
+        val_loss, val_metric = evaluate_loss(run["model"], x_val, y_val, task, device=device,
+                                             widths=(run.get("widths") or (None, None))[1])
     record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
               f"val_{task.val_metric}": val_metric, "lr": lr}
     st["history"].append(record)
@@ -443,6 +454,8 @@ def train(p, x_train, y_train, x_val, y_val, meta, log=None, task=None):
     run = setup(p, meta, task or default_task())
     on_epoch = (lambda rec, perf: log(rec["epoch"] - 1, rec)) if log else None
     fit(p, run, (x_train, y_train, x_val, y_val), on_epoch=on_epoch)
+    if run["ema"] is not None:
+        run["ema"].copy_to(run["model"])
     return run["model"], run["state"]["history"]
 
 
@@ -775,6 +788,10 @@ def write_outputs(p, run, meta, record, x_val, device) -> None:
             raise StageError(f"train.keep is best but {why}; re-run `dvc repro`.")
         finetune.restore_state(getattr(run["model"], "module", run["model"]),
                                saved["model"], p)
+        if run["ema"] is not None:
+            run["ema"].load_state_dict(saved["ema"])
+    if run["ema"] is not None:  # train.ema: the average becomes model.pt
+        run["ema"].copy_to(getattr(run["model"], "module", run["model"]))
     # LoRA: the adapters merged into plain weights; checked on a validation batch
     probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
     model, merge_diff = finetune.merged(run["model"], p, probe)

@@ -26,7 +26,8 @@ def test_outs_of_a_detection_run(detection_project):
 
     p = detection_project
     ev = json.loads((p / "metrics/eval.json").read_text())
-    assert {"map", "map50", "map75", "precision", "recall", "per_class_ap"} <= set(ev)
+    assert {"map", "map50", "map75", "map_small", "map_medium", "map_large", "precision",
+            "recall", "per_class_ap"} <= set(ev)
     assert set(ev["per_class_ap"]) == {"circle", "square", "triangle"}
     for name in ("pr_curve.png", "bad_cases.png", "predictions.png", "per_class.json",
                  "bad_cases.csv"):
@@ -37,6 +38,7 @@ def test_outs_of_a_detection_run(detection_project):
     assert "annotation_sha256" in manifest.splitlines()[0]
     html = (p / "reports/run.html").read_text()
     assert "AP per class" in html and "Precision-recall" in html
+    assert ("AP small" in html) == (ev["map_small"] >= 0)
     import onnx
 
     meta = {m.key: json.loads(m.value) for m in onnx.load(p / "models/model.onnx").metadata_props}

@@ -92,6 +92,19 @@ def test_map_matches_a_hand_computed_case():
     assert m["map"] <= m["map50"]
 
 
+def test_map_by_object_size_uses_cocos_areas():
+    """map_small counts boxes under 32 x 32 px only, map_medium those up to 96 x 96: a found
+    small box and a missed medium one give small 1 and medium 0; a size with no box is -1."""
+    from stages.tasks.detection.metrics import coco_map
+
+    truths = [np.array([[0, 10, 10, 20, 20], [0, 40, 40, 90, 90]], float)]  # 10 px, 50 px
+    dets = [np.array([[10, 10, 20, 20, 0.9, 0], [120, 120, 150, 150, 0.8, 0]], np.float32)]
+    m = coco_map(dets, truths, 1)
+    assert m["map_small"] == pytest.approx(1.0)
+    assert m["map_medium"] == pytest.approx(0.0)
+    assert m["map_large"] == -1
+
+
 def test_nms_and_one_to_one_matching():
     rows = np.array([[0, 0, 10, 10, 0.9, 0], [1, 1, 10, 10, 0.8, 0], [1, 1, 10, 10, 0.7, 1],
                      [50, 50, 60, 60, 0.2, 0]], np.float32)
@@ -118,7 +131,7 @@ def test_augmentation_moves_boxes_with_pixels():
     from stages.tasks.detection.augment import augment
 
     class P:
-        aug_crop_scale, aug_hflip, aug_jitter = 1.0, 1.0, 0.0
+        aug_crop_scale, aug_hflip, aug_jitter, aug_zoom_out = 1.0, 1.0, 0.0, 1.0
 
     x = torch.zeros(1, 32, 32)
     x[0, 4:12, 2:10] = 1  # an object at x 2..10, y 4..12
@@ -130,7 +143,7 @@ def test_augmentation_moves_boxes_with_pixels():
     assert y2[1, 0] == -1
 
     class Crop:
-        aug_crop_scale, aug_hflip, aug_jitter = 0.3, 0.0, 0.0
+        aug_crop_scale, aug_hflip, aug_jitter, aug_zoom_out = 0.3, 0.0, 0.0, 1.0
 
     for seed in range(20):  # a cropped-away box is dropped, a kept one stays on its pixels
         x3, y3 = augment(x, y, Crop, seed)
@@ -138,6 +151,34 @@ def test_augmentation_moves_boxes_with_pixels():
             x1, y1, xx, yy = y3[0, 1:].tolist()
             inside = x3[0, int(y1):int(np.ceil(yy)), int(x1):int(np.ceil(xx))]
             assert inside.sum() > 0.5 * x3[0].sum()
+
+
+def test_zoom_out_shrinks_half_the_images_with_their_boxes():
+    """train.aug_zoom_out 2: about half the seeds shrink the image (by 1 to 2) onto a zero
+    canvas; the box stays on its object's pixels (within a pixel, bilinear edges); the same
+    seed gives the same bytes; zoom 1 draws nothing more (the other draws keep their values)."""
+    import torch
+
+    from stages.tasks.detection.augment import augment
+
+    class Zoom:
+        aug_crop_scale, aug_hflip, aug_jitter, aug_zoom_out = 1.0, 0.0, 0.0, 2.0
+
+    x = torch.zeros(1, 64, 64)
+    x[0, 8:40, 16:48] = 1  # an object at x 16..48, y 8..40
+    y = torch.tensor([[0, 16, 8, 48, 40], [-1, -1, -1, -1, -1]], dtype=torch.float32)
+    shrunk = 0
+    for seed in range(40):
+        x2, y2 = augment(x, y, Zoom, seed)
+        assert torch.equal(x2, augment(x, y, Zoom, seed)[0])
+        rows = torch.nonzero(x2[0].amax(1) > 0.5).flatten()
+        cols = torch.nonzero(x2[0].amax(0) > 0.5).flatten()
+        found = [cols.min().item(), rows.min().item(), cols.max().item() + 1,
+                 rows.max().item() + 1]
+        assert y2[0, 1:].tolist() == pytest.approx(found, abs=1.0), seed
+        assert y2[1, 0] == -1
+        shrunk += (y2[0, 3] - y2[0, 1]).item() < 31.5
+    assert 10 <= shrunk <= 30
 
 
 def test_model_decodes_fixed_size_rows():

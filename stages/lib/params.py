@@ -192,6 +192,9 @@ class Train:
     label_smoothing: float = knob(0.0, at_least=0.0, below=1.0)
     grad_accum_steps: int = knob(1, at_least=1)  # micro-batches per optimiser step
     grad_clip: float = knob(0.0, at_least=0.0)  # max global gradient norm; 0 = off
+    # decay of an average of the weights (stages/lib/ema.py) that is validated and becomes
+    # model.pt; 0 = off (the last weights)
+    ema: float = knob(0.0, at_least=0.0, below=1.0)
     precision: str = knob("fp32", choices=("fp32", "bf16", "fp16"))  # fp32: mixed precision off
     seed: int = 0
     num_workers: int = knob(0, at_least=0)  # DataLoader worker processes; never changes results
@@ -202,6 +205,8 @@ class Train:
     aug_jitter: float = knob(0.0, at_least=0.0)  # brightness/contrast jitter strength
     aug_stretch: float = knob(0.0, at_least=0.0, below=1.0)  # ocr: max horizontal squeeze
     aug_blur: float = knob(0.0, at_least=0.0, at_most=1.0)  # ocr: probability of a 3x3 blur
+    # detection: half the images shrink by up to this factor onto a padded canvas; 1 = off
+    aug_zoom_out: float = knob(1.0, at_least=1.0, at_most=4.0)
     # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random
     # init. A path, so dvc.yaml can list it as a dep (DVC cannot depend on "": see NO_WEIGHTS)
     init_from: str = NO_WEIGHTS

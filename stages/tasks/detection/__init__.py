@@ -25,7 +25,8 @@ class Detection(Task):
     recipe = {
         "train.model": "centernet_small", "train.epochs": 100, "train.batch_size": 16,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.aug_hflip": 0.5,
-        "train.aug_crop_scale": 0.6, "train.best_metric": "val_metric",
+        "train.aug_crop_scale": 0.6, "train.aug_zoom_out": 1.5, "train.ema": 0.998,
+        "train.best_metric": "val_metric",
         "export.atol": 0.001, "export.rtol": 0.001,
     }
     # what the built-in sample needs besides `task: detection` (docs/detection.md, tests,
@@ -54,7 +55,7 @@ class Detection(Task):
               "ssdlite320_mobilenet_v3_large", "fcos_resnet50_fpn", "retinanet_resnet50_fpn")
     task_keys = ("sample.images", "validate.min_box_px", "validate.box_tolerance",
                  "validate.require_labels", "evaluate.score_threshold",
-                 "export.score_threshold")
+                 "export.score_threshold", "train.aug_zoom_out")
     # photos: RGB (auto still gives grey when every image is); the backbones stride to 1/32
     channels = (3, "auto")
     min_image_size = 32

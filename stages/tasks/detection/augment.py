@@ -6,6 +6,9 @@ in the same order (like stages/lib/augment.py): a random crop (area fraction in
 shifted, scaled, clipped to the crop and dropped when under 2 px or under 40% of their area
 is left; a horizontal flip (train.aug_hflip) mirroring the boxes; brightness/contrast jitter
 (train.aug_jitter). train.aug_rotate is not applied to boxes (it would loosen them): ignored.
+With train.aug_zoom_out > 1, three more numbers from the same generator: half the images shrink
+by a factor in [1, aug_zoom_out] onto a canvas of the normalised mean (0) at a random place, the
+boxes with them (dropped under 2 px): small objects for the detector to learn from.
 """
 
 
@@ -14,7 +17,8 @@ def augment(x, y, p, seed: int):
 
     from stages.lib.augment import crop_box
 
-    u = torch.rand(8, generator=torch.Generator().manual_seed(seed)).tolist()
+    generator = torch.Generator().manual_seed(seed)
+    u = torch.rand(8, generator=generator).tolist()
     _, h, w = x.shape
     y = y.clone()
     valid = y[:, 0] >= 0
@@ -35,5 +39,27 @@ def augment(x, y, p, seed: int):
         y[:, [1, 3]] = w - y[:, [3, 1]]
     if p.aug_jitter > 0:
         x = x * (1 + (2 * u[6] - 1) * p.aug_jitter) + (2 * u[7] - 1) * p.aug_jitter
+    if p.aug_zoom_out > 1:
+        z = torch.rand(3, generator=generator).tolist()
+        if z[0] < 0.5:
+            x, y, valid = zoom_out(x, y, valid, 1 + (p.aug_zoom_out - 1) * 2 * z[0], z[1:])
     y[~valid] = -1
     return x, y
+
+
+def zoom_out(x, y, valid, factor: float, at):
+    """x (C x H x W) shrunk by factor onto a zero canvas at the place at (two uniforms), and
+    its boxes y [class, x1, y1, x2, y2] with it; boxes under 2 px are no longer valid."""
+    import torch
+
+    _, h, w = x.shape
+    nh, nw = max(1, round(h / factor)), max(1, round(w / factor))
+    top, left = int(at[0] * (h - nh + 1)), int(at[1] * (w - nw + 1))
+    small = torch.nn.functional.interpolate(x[None], size=(nh, nw), mode="bilinear",
+                                            align_corners=False)[0]
+    x = torch.zeros_like(x)
+    x[:, top:top + nh, left:left + nw] = small
+    y[:, [1, 3]] = left + y[:, [1, 3]] * (nw / w)
+    y[:, [2, 4]] = top + y[:, [2, 4]] * (nh / h)
+    valid = valid & (y[:, 3] - y[:, 1] >= 2) & (y[:, 4] - y[:, 2] >= 2)
+    return x, y, valid

@@ -33,8 +33,11 @@ def coco_map(dets: list, gts: list, num_classes: int) -> dict:
     classes = out["classes"].reshape(-1).tolist()
     for c, ap in zip(classes, out["map_per_class"].reshape(-1).tolist(), strict=True):
         per_class[int(c)] = float(ap)
+    # COCO's areas: small under 32 x 32 input pixels, large over 96 x 96 (-1: none in the set)
     return {"map": float(out["map"]), "map50": float(out["map_50"]),
-            "map75": float(out["map_75"]), "per_class": per_class}
+            "map75": float(out["map_75"]), "map_small": float(out["map_small"]),
+            "map_medium": float(out["map_medium"]), "map_large": float(out["map_large"]),
+            "per_class": per_class}
 
 
 def pr_at(dets, gts, threshold: float, iou: float = 0.5):
@@ -155,6 +158,8 @@ def evaluate(outputs, targets, paths, images, classes, p) -> tuple:
                                    "boxes": int(sum((t[:, 0] == c).sum() for t in gts))}
                  for c in range(len(classes))}
     metrics = {"map": m["map"], "map50": m["map50"], "map75": m["map75"],
+               "map_small": m["map_small"], "map_medium": m["map_medium"],
+               "map_large": m["map_large"],
                "precision": tp / max(tp + fp, 1), "recall": tp / max(tp + fn, 1),
                "score_threshold": p.score_threshold, "images": len(gts),
                "boxes": int(sum(len(t) for t in gts)), "per_class_ap": {

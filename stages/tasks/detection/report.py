@@ -17,8 +17,9 @@ def sections(facts: Facts) -> list:
     ev = facts.eval
     cards = "".join(card(label, f"eval.{key}", ev[key], "")
                     for key, label in (("map50", "mAP50"), ("map", "mAP50-95"),
-                                       ("map75", "mAP75"), ("precision", "precision"),
-                                       ("recall", "recall")) if key in ev)
+                                       ("map75", "mAP75"), ("map_small", "AP small"),
+                                       ("precision", "precision"), ("recall", "recall"))
+                    if ev.get(key, -1) >= 0)  # AP small: -1 when the test set has none
     per_class = json.loads(facts.eval_files["per_class.json"]) \
         if "per_class.json" in facts.eval_files else {}
     rows = [f"<tr><td>{esc(c)}</td>{num(f'per_class.{c}.ap', v['ap'])}"
