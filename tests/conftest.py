@@ -153,8 +153,12 @@ def copy_run(src, dest) -> Path:
 
 # --- detection (issue 18) ------------------------------------------------------------------
 
+# No weight average in the tiny run: over its 4 steps an EMA stays near the initial weights,
+# whose heatmap is flat at the focal prior (about 0.01), so neighbouring cells tie and the
+# export parity tests, which look at scores that low, would compare coin flips of the peak test.
+# The average has its own tests (test_ema.py).
 DETECTION_TINY = {"sample.images": 40, "prepare.image_size": 64, "train.epochs": 1,
-                  "train.warmup_epochs": 0, "train.batch_size": 8}
+                  "train.warmup_epochs": 0, "train.batch_size": 8, "train.ema": 0.0}
 
 
 def detection_params(extra: dict | None = None) -> dict:
