@@ -19,6 +19,7 @@ checkout's code (bench/stage_runs.py), so a run changes nothing here. YOLOv8n on
 sample, scored by the same evaluator: bench/detect_yolo.py.
 
     python bench/detect.py --quality [--budget 30 --budget recipe] [--ablate-at 30]
+                           [--image-size 224 --workdir /tmp/bench-detect-224]
 """
 from pathlib import Path
 
@@ -31,13 +32,16 @@ VARIANTS = {
 }
 
 
-def main(budgets, ablate_at, workdir):
+def main(budgets, ablate_at, workdir, image_size=None):
     from bench.stage_runs import load, prepared, run
     from stages.tasks.detection import Detection
 
-    project = prepared(Path(workdir), {"task": "detection", **Detection.sample_params})
+    params = {"task": "detection", **Detection.sample_params}
+    if image_size:
+        params["prepare.image_size"] = image_size
+    project = prepared(Path(workdir), params)
     recipe = Detection.recipe["train.epochs"]
-    print(f"detection sample, 160 px, recipe {recipe} epochs, train.ema "
+    print(f"detection sample, {params['prepare.image_size']} px, recipe {recipe} epochs, train.ema "
           f"{Detection.recipe['train.ema']}, train.aug_zoom_out "
           f"{Detection.recipe['train.aug_zoom_out']}; load average {load()}")
     print(f"{'run':<10} {'epochs':>6} {'train CPU s':>11} {'mAP50':>7} {'mAP50-95':>8} "
