@@ -27,6 +27,7 @@ from pathlib import Path
 
 import click
 
+from stages.lib import ema
 from stages.lib.io import StageError, write_json
 from stages.lib.params import load, params_option
 
@@ -123,8 +124,6 @@ def setup(p, meta, task, device="cpu"):
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=p.precision == "fp16")
     state = {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "seen": 0, "history": [],
              "best": None}
-    from stages.lib import ema
-
     return {"model": model, "opt": opt, "sched": sched, "scaler": scaler, "state": state,
             "task": task, "p": p, "facts": facts, "eval_modules": eval_modules,
             "ema": ema.build(model, p)}
@@ -144,7 +143,7 @@ def checkpoint(run, p, fingerprint) -> dict:
     return {**run["state"], "model": checkpoint_state(model, p),
             "optimizer": run["opt"].state_dict(),
             "scheduler": run["sched"].state_dict(), "scaler": run["scaler"].state_dict(),
-            "ema": run["ema"].state_dict() if run.get("ema") else None, "rng": rng,
+            "ema": run["ema"].state_dict() if run["ema"] else None, "rng": rng,
             "params": resume_params(p), "fingerprint": fingerprint}
 
 
@@ -189,7 +188,7 @@ def restore(run, ckpt) -> None:
     run["opt"].load_state_dict(ckpt["optimizer"])
     run["sched"].load_state_dict(ckpt["scheduler"])
     run["scaler"].load_state_dict(ckpt["scaler"])
-    if run.get("ema") is not None:  # the fingerprint holds train.ema: the checkpoint has one
+    if run["ema"] is not None:  # the fingerprint holds train.ema: the checkpoint has one
         run["ema"].load_state_dict(ckpt["ema"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     if "cuda" in ckpt["rng"] and torch.cuda.is_available():
@@ -327,8 +326,8 @@ def train_epoch(p, run, ds, trainable, device, world, on_step, on_checkpoint) ->
         st["loss_sum"] += value * len(idx)
         st["seen"] += len(idx)
         st["step"] += 1
-        if run.get("ema") is not None:
-            run["ema"].update(getattr(run["model"], "module", run["model"]), st["step"])
+        if run["ema"] is not None:
+            run["ema"].update(run["model"], st["step"])
         st["batch"] = b + 1
         window = []
         if on_step:
@@ -426,8 +425,6 @@ def end_epoch(p, run, x_val, y_val, device, world) -> tuple[dict, bool]:
         totals = torch.tensor([loss_sum, float(count)], dtype=torch.float64, device=device)
         dist.all_reduce(totals)
         loss_sum, count = totals.tolist()
-    from stages.lib import ema
-
     with ema.applied(run):  # train.ema: the average is what is validated (and kept)
         val_loss, val_metric = evaluate_loss(run["model"], x_val, y_val, task, device=device,
                                              widths=(run.get("widths") or (None, None))[1])
@@ -791,7 +788,7 @@ def write_outputs(p, run, meta, record, x_val, device) -> None:
         if run["ema"] is not None:
             run["ema"].load_state_dict(saved["ema"])
     if run["ema"] is not None:  # train.ema: the average becomes model.pt
-        run["ema"].copy_to(getattr(run["model"], "module", run["model"]))
+        run["ema"].copy_to(run["model"])
     # LoRA: the adapters merged into plain weights; checked on a validation batch
     probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
     model, merge_diff = finetune.merged(run["model"], p, probe)

@@ -13,13 +13,21 @@ them, so a resumed run averages on from the same bytes.
 import contextlib
 
 
+def bare(model):
+    """The model inside a DDP wrapper (or the model itself)."""
+    return getattr(model, "module", model)
+
+
 class EMA:
+    """The average over model's state_dict entries `keys`; every method takes the model as
+    training holds it (DDP-wrapped or not)."""
+
     def __init__(self, model, decay: float, keys):
         """keys: the state_dict entries to average (stages/lib/finetune.py checkpoint_state's)."""
         import torch
 
         self.decay = float(decay)
-        state = model.state_dict()
+        state = bare(model).state_dict()
         with torch.no_grad():
             self.state = {k: state[k].detach().clone() for k in sorted(keys)}
 
@@ -31,7 +39,7 @@ class EMA:
         import torch
 
         d = self.factor(step)
-        state = model.state_dict()
+        state = bare(model).state_dict()
         with torch.no_grad():
             for k, avg in self.state.items():
                 now = state[k].detach()
@@ -57,7 +65,7 @@ class EMA:
 
     def copy_to(self, model) -> None:
         """Load the average into model (for good: the weights that become model.pt)."""
-        model.load_state_dict(self.state, strict=False)
+        bare(model).load_state_dict(self.state, strict=False)
 
     @contextlib.contextmanager
     def applied(self, model):
@@ -65,13 +73,13 @@ class EMA:
         import torch
 
         with torch.no_grad():
-            kept = {k: v.detach().clone() for k, v in model.state_dict().items()
+            kept = {k: v.detach().clone() for k, v in bare(model).state_dict().items()
                     if k in self.state}
         self.copy_to(model)
         try:
             yield model
         finally:
-            model.load_state_dict(kept, strict=False)
+            bare(model).load_state_dict(kept, strict=False)
 
 
 def build(model, p):
@@ -80,13 +88,11 @@ def build(model, p):
         return None
     from stages.lib.finetune import checkpoint_state
 
-    model = getattr(model, "module", model)
-    return EMA(model, p.ema, checkpoint_state(model, p).keys())
+    return EMA(model, p.ema, checkpoint_state(bare(model), p).keys())
 
 
 def applied(run):
     """run's EMA applied to its model for the block, or nothing when there is none."""
-    ema = run.get("ema")
-    if ema is None:
+    if run["ema"] is None:
         return contextlib.nullcontext()
-    return ema.applied(getattr(run["model"], "module", run["model"]))
+    return run["ema"].applied(run["model"])
