@@ -51,10 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 @click.option("--workdir", default="/tmp/bench-detect-quality", show_default=True,
               help="--quality: where the prepared sample and the runs go.")
 @click.option("--image-size", type=int, default=None,
-              help="--quality: prepare.image_size for every run (default: the sample's 160). "
-                   "Boxes are scored in input pixels, so `small` (< 32 x 32) then means "
-                   "smaller objects of the 160 px originals; mAP50-95 is scale-free. Use a "
-                   "--workdir of its own.")
+              help="--quality: prepare.image_size for every run (default: the sample's "
+                   "recipe's, 224; its images are 160 px). Boxes are scored in input pixels, "
+                   "so `small` (< 32 x 32) means other objects at another size; mAP50-95 is "
+                   "scale-free. A --workdir prepared at another size is prepared again.")
 def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, image_size):
     if quality:
         from bench.detect_quality import main as quality_main

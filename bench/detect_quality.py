@@ -1,10 +1,10 @@
 """Detection box quality per CPU second (`python bench/detect.py --quality`).
 
-Trains the built-in detection sample (1,000 images, 160 px, its fixed split) with the real train
-stage, then scores the test split with the real evaluate stage (COCO mAP through
-faster-coco-eval): mAP50, mAP50-95, mAP75 and AP of small (< 32 x 32 px) and medium objects,
-beside the train stage's CPU seconds (user + system of the `python -m stages.train` process,
-both threads). One line per run:
+Trains the built-in detection sample (1,000 images, its fixed split, at the recipe's size or
+--image-size) with the real train stage, then scores the test split with the real evaluate
+stage (COCO mAP through faster-coco-eval): mAP50, mAP50-95, mAP75 and AP of small (< 32 x 32
+px) and medium objects, beside the train stage's CPU seconds (user + system of the
+`python -m stages.train` process, both threads). One line per run:
 
 - `full`: the sample's recipe as it ships (train.ema and train.aug_zoom_out on);
 - each ablation takes one change away from `full`, so its gap to `full` is what that change

@@ -18,14 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def prepared(workdir: Path, params: dict) -> Path:
     """workdir/project: a copy of this project with params (task and the sample's), run up to
-    the prepare stage (kept when it is already there)."""
+    the prepare stage (kept when it is already there with the same params)."""
     from tools.project import copy_project, dvc
 
     project = Path(workdir) / "project"
-    if not (project / "data" / "processed").is_dir():
+    made = project / "bench-params.json"
+    wanted = json.dumps(params, sort_keys=True)
+    if not made.is_file() or made.read_text() != wanted:
         shutil.rmtree(project, ignore_errors=True)
         copy_project(ROOT, project, params=params)
         dvc(project, "repro", "prepare")
+        made.write_text(wanted)
     return project
 
 
