@@ -483,6 +483,8 @@ def main(params_path):
     extra = {"width_buckets": listed_buckets(p, meta)} if task.dynamic_width else {}
     # the kernel profile that trained the model (a model.pt from before profiles: native)
     extra["kernels"] = meta.get("kernels", "native")
+    if "trained_on" in meta:  # device, deterministic, precision (a model.pt from before: none)
+        extra["trained_on"] = meta["trained_on"]
     blob = onnx_bytes(exported, meta, task,
                       {**task.export_metadata(params_path), **origin, **extra})
     reference = predict_logits(model, x, p.parity_batch)

@@ -28,6 +28,7 @@ from pathlib import Path
 import click
 
 from stages.lib import ema
+from stages.lib.determinism import set_deterministic  # noqa: F401 (bench/ takes it from here)
 from stages.lib.io import StageError, write_json
 from stages.lib.params import load, params_option
 
@@ -93,16 +94,6 @@ def evaluate_loss(model, x, y, task, batch_size=512, device="cpu", widths=None):
             loss += batch_loss
             metric += batch_metric
     return loss / len(x), metric / len(x)
-
-
-def set_deterministic(on: bool) -> None:
-    import torch
-
-    if on:  # cuBLAS reads this when CUDA initialises
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(on)
-    torch.backends.cudnn.deterministic = on
-    torch.backends.cudnn.benchmark = not on
 
 
 def setup(p, meta, task, device="cpu"):
@@ -770,6 +761,45 @@ def fit_or_fail(p, run, data, record, on_epoch, on_checkpoint, tb, device, rank,
         raise StageError(message) from None
 
 
+def trained_on(p, device) -> dict:
+    """What the weights were computed with, for model.pt's metadata (then the ONNX metadata and
+    the report) and the run record: the device ("cpu" on every CPU, whatever its kind: the
+    kernel profile says which kernels ran; the GPU's name on CUDA), deterministic algorithms
+    on or off, and the precision."""
+    import torch
+
+    name = "cpu" if device == "cpu" else torch.cuda.get_device_name(device)
+    return {"device": name, "deterministic": bool(p.deterministic), "precision": p.precision}
+
+
+def first_step_check(p, run, data, device, rank, world) -> str:
+    """On CUDA with train.deterministic: one train batch (forward, loss, backward) and one
+    validation batch run before any step, their effects undone (stages/lib/determinism.py),
+    so an op without a deterministic CUDA kernel stops the stage with one line that names it
+    and the fix. "" when every op has one, and on the CPU (every CPU op is deterministic)."""
+    import torch
+
+    from stages.lib.determinism import preflight
+
+    if device == "cpu" or not p.deterministic or run["state"]["epoch"] >= p.epochs:
+        return ""
+    x_train, y_train, x_val, y_val = data
+    ds = epoch_batches(p, run, x_train, y_train, run["state"]["epoch"], rank, world)
+    idx = torch.arange(min(2, len(x_val)))
+    widths = run["widths"][1][:len(idx)] if run.get("widths") is not None else None
+
+    def step():
+        run["model"].train()
+        _, xb, yb = ds[0]
+        batch_backward(p, run, xb, yb, device)
+
+    def validate():
+        evaluate_loss(run["model"], x_val[idx], y_val[idx], run["task"], device=device,
+                      widths=widths)
+
+    return preflight(step, validate, run["model"], run["task"].name, p.model, device)
+
+
 def write_outputs(p, run, meta, record, x_val, device) -> None:
     """Rank 0's outs: models/model.pt (the last epoch's weights, or best.pt's with train.keep:
     best; LoRA adapters merged), metrics/train.json and the finished run record."""
@@ -797,7 +827,8 @@ def write_outputs(p, run, meta, record, x_val, device) -> None:
     buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
     save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
                               "task": task.name, **buckets,
-                              "kernels": record["kernels"]["kernels"]})
+                              "kernels": record["kernels"]["kernels"],
+                              "trained_on": run["trained_on"]})
     write_json(METRICS, train_metrics(p, run, merge_diff))
     history, best = run["state"]["history"], run["state"]["best"]
     last, metric = history[-1], f"val_{task.val_metric}"
@@ -869,13 +900,19 @@ def main(params_path):
         run["widths"] = bucket_widths(meta, task)
     message = resume(run, fingerprint, rank, world)
     click.echo(f"train: {message}")
+    run["trained_on"] = trained_on(p, device)
     record = {**run_record("train", p), "world_size": world, **cores, "kernels": kernels,
-              "device_name": device,
+              "device_name": device, "trained_on": run["trained_on"],
               "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
               if device != "cpu" else system_memory_bytes(),
               "resume": message, "fingerprint": fingerprint, "status": "running", "epochs": []}
     if rank == 0:
         write_run_record("train", record)
+    problem = first_step_check(p, run, (x_train, y_train, x_val, y_val), device, rank, world)
+    if problem:
+        if rank == 0:
+            write_run_record("train", {**record, "status": "failed", "error": problem})
+        raise StageError(problem)
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 

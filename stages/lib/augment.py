@@ -2,11 +2,14 @@
 
 Every random draw is a pure function of (seed, epoch, sample index): the epoch's permutation
 comes from a generator seeded by (seed, epoch), each sample's augmentation from one seeded by
-(seed, epoch, index). So a resumed run needs no sampler state, and the number of DataLoader
-workers (which fetch batches in any process, in any order) cannot change the result.
+(seed, epoch, index), and it always runs at one thread (one_thread). So a resumed run needs no
+sampler state, and the number of DataLoader workers (which fetch batches in any process, in any
+order) cannot change the result.
 
 torch (and torchvision, only when rotation is on) are imported inside the functions.
 """
+import contextlib
+
 MIX = 1_000_003
 
 
@@ -136,10 +139,32 @@ class EpochBatches:
             rows = [self.x[i] for i in idx.tolist()]
         if not self.augment:
             return idx, x, self.y[idx]
-        pairs = [self.task.augment(xi, self.y[i], self.p,
-                                   sample_seed(self.p.seed, self.epoch, i))
-                 for xi, i in zip(rows, idx.tolist(), strict=True)]
+        with one_thread():
+            pairs = [self.task.augment(xi, self.y[i], self.p,
+                                       sample_seed(self.p.seed, self.epoch, i))
+                     for xi, i in zip(rows, idx.tolist(), strict=True)]
         return idx, torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs])
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch at one intra-op thread inside, as in a DataLoader worker. torch's CPU kernels
+    (bilinear interpolation among them: the crop, the zoom-out) round differently depending on
+    how their rows are split over threads, so an augmentation run at the trainer's thread count
+    in the main process (train.num_workers 0) and at one thread in a worker gave different
+    pixels, and other weights. At one thread everywhere, the augmented bytes depend neither on
+    train.num_workers nor on train.threads or the machine's cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def batches(ds: EpochBatches, start: int, num_workers: int):

@@ -12,6 +12,14 @@ def all_sections(facts: Facts, task) -> list[tuple[str, str, str]]:
             + [(key, title, make(facts)) for key, title, make in sections.AFTER])
 
 
+def trained_on(value) -> str | None:
+    """"cpu, deterministic, fp32" from the model's trained_on metadata (None when absent)."""
+    if not isinstance(value, dict):
+        return None
+    how = "deterministic" if value.get("deterministic") else "not deterministic"
+    return f"{value.get('device')}, {how}, {value.get('precision')}"
+
+
 def render(facts: Facts, task) -> str:
     """The page, with the run's task's sections and headline numbers (the stage looks the task
     up: this floor is below the tasks). facts.git and facts.experiments are given only for the
@@ -21,6 +29,7 @@ def render(facts: Facts, task) -> str:
     tops = [*task.headline(facts), ("test images", facts.eval.get("samples")),
             ("images", images), ("ONNX parity", facts.export.get("parity")),
             ("kernels", facts.onnx["metadata"].get("kernels")),
+            ("trained on", trained_on(facts.onnx["metadata"].get("trained_on"))),
             ("ONNX max |diff|", (facts.measured or {}).get("max_abs_diff"))]
     head = "".join(f"<div>{esc(label)}<b>{esc(fmt(v))}</b></div>" for label, v in tops
                    if v is not None)

@@ -98,8 +98,8 @@ def heatmap_targets(targets, num_classes: int, h: int, w: int):
     ix = cx.floor().clamp(0, w - 1)
     iy = cy.floor().clamp(0, h - 1)
     sx, sy = (0.54 * bw / 6).clamp(min=0.3), (0.54 * bh / 6).clamp(min=0.3)
-    gx = torch.arange(w, dtype=targets.dtype)
-    gy = torch.arange(h, dtype=targets.dtype)
+    gx = torch.arange(w, dtype=targets.dtype, device=targets.device)
+    gy = torch.arange(h, dtype=targets.dtype, device=targets.device)
     g = torch.exp(-((gx[None, None, None, :] - ix[..., None, None]) ** 2
                     / (2 * sx[..., None, None] ** 2)
                     + (gy[None, None, :, None] - iy[..., None, None]) ** 2
@@ -107,7 +107,7 @@ def heatmap_targets(targets, num_classes: int, h: int, w: int):
     g = g * valid[..., None, None]
     onehot = F.one_hot(cls.clamp(min=0).long(), num_classes).to(g.dtype) * valid[..., None]
     heat = (g[:, :, None] * onehot[..., None, None]).amax(1) if g.shape[1] else \
-        torch.zeros(len(targets), num_classes, h, w)
+        targets.new_zeros(len(targets), num_classes, h, w)
     index = (iy * w + ix).long()
     reg = torch.stack([bw, bh, cx - ix, cy - iy], 1)  # N x 4 x M
     return heat, index, reg, valid

@@ -88,6 +88,6 @@ def rows(found: dict, top_k: int, offset: int = 1):
     """One image's torchvision detections (best first) as top_k x 6 rows, padded."""
     boxes, scores, labels = found["boxes"], found["scores"], found["labels"]
     real = torch.cat([boxes, scores[:, None], (labels - offset).to(boxes.dtype)[:, None]], 1)
-    pad = torch.zeros(top_k, 6, dtype=real.dtype)
+    pad = real.new_zeros(top_k, 6)
     pad[:, 4] = PAD_SCORE
     return torch.cat([real, pad])[:top_k]

@@ -169,28 +169,18 @@ class OCR(Task):
         gradients inf. zero_infinity zeroes that line's loss and gradient instead, which hides
         it: validate's too_long check is what guarantees no such line reaches training. NaN
         (a poisoned input) is not hidden: the loss stays NaN and train stops loudly."""
-        import torch
-        import torch.nn.functional as F
+        from stages.tasks.ocr.loss import ctc_loss
 
-        logp = outputs.float().log_softmax(-1).transpose(0, 1)  # T x N x C
-        lengths = targets[:, 0].long()
-        frames = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long)
-        return F.ctc_loss(logp, targets[:, 1:].long(), frames, lengths, blank=0,
-                          reduction="mean", zero_infinity=True)
+        return ctc_loss(outputs, targets, "mean")
 
     def val_sums(self, outputs, targets):
-        import torch
-        import torch.nn.functional as F
         from rapidfuzz.distance import Levenshtein
 
         from stages.tasks.ocr.ctc import collapse
+        from stages.tasks.ocr.loss import ctc_loss
 
         outputs = outputs.float()
-        logp = outputs.log_softmax(-1).transpose(0, 1)
-        lengths = targets[:, 0].long()
-        frames = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long)
-        loss = F.ctc_loss(logp, targets[:, 1:].long(), frames, lengths, blank=0,
-                          reduction="sum", zero_infinity=True).item()
+        loss = ctc_loss(outputs, targets, "sum").item()
         cer = 0.0
         for path, target in zip(outputs.argmax(-1).tolist(), targets.tolist(), strict=True):
             codes = collapse(path)

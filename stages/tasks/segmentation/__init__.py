@@ -139,9 +139,9 @@ class Segmentation(Task):
         return augment(x, y, p, seed)
 
     def loss(self, outputs, targets, p):
-        import torch.nn.functional as F
+        from stages.tasks.segmentation.transforms import loss
 
-        return F.cross_entropy(outputs, targets.long(), ignore_index=IGNORE)
+        return loss(outputs, targets)
 
     def val_sums(self, outputs, targets):
         from stages.tasks.segmentation.transforms import val_sums

@@ -35,15 +35,35 @@ def augment(x, y, p, seed: int):
     return x.contiguous(), y.contiguous()
 
 
+def pixel_nll(outputs, targets):
+    """N x H x W: each pixel's cross-entropy, -log softmax(outputs)[target], 0 where the
+    target is IGNORE. The same quantity as F.cross_entropy(reduction="none",
+    ignore_index=IGNORE), computed as the log-softmax times a one-hot mask summed over the
+    classes: elementwise ops and a sum, deterministic on every device. (torch's pixel NLL,
+    nll_loss2d, has no deterministic CUDA kernel: under train.deterministic it raises.)"""
+    import torch.nn.functional as F
+
+    t = targets.long()
+    valid = t != IGNORE
+    logp = F.log_softmax(outputs, 1)
+    onehot = F.one_hot(t * valid, outputs.shape[1]).permute(0, 3, 1, 2).to(logp.dtype)
+    return -(logp * onehot).sum(1) * valid
+
+
+def loss(outputs, targets):
+    """The mean pixel cross-entropy over the pixels that are not IGNORE (F.cross_entropy's
+    mean with ignore_index; NaN when every pixel is ignored, as there)."""
+    valid = targets != IGNORE
+    return pixel_nll(outputs, targets).sum() / valid.sum()
+
+
 def val_sums(outputs, targets) -> tuple:
     """(sum over images of the mean pixel cross-entropy, sum over images of the image's mIoU
     over the classes in its truth or prediction)."""
-    import torch.nn.functional as F
-
     outputs = outputs.float()
     t = targets.long()
     valid = t != IGNORE
-    ce = F.cross_entropy(outputs, t, ignore_index=IGNORE, reduction="none")
+    ce = pixel_nll(outputs, t)
     per_image = (ce * valid).flatten(1).sum(1) / valid.flatten(1).sum(1).clamp(min=1)
     k = outputs.shape[1]
     pred = outputs.argmax(1)
