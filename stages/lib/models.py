@@ -20,8 +20,13 @@ def save_model(path, model, meta: dict) -> None:
     if meta.get("task") == DEFAULT_TASK:
         meta = {k: v for k, v in meta.items() if k != "task"}
 
+    state = model.state_dict()
+    if any(v.device.type != "cpu" for v in state.values()):  # trained on a GPU: a file that
+        moved = type(state)((k, v.cpu()) for k, v in state.items())  # loads on any machine
+        moved._metadata = getattr(state, "_metadata", None)
+        state = moved
     buf = io.BytesIO()
-    torch.save({"meta": meta, "state_dict": model.state_dict()}, buf)
+    torch.save({"meta": meta, "state_dict": state}, buf)
     write_bytes(path, buf.getvalue())
 
 
