@@ -76,8 +76,10 @@ install() {
     PY=$(command -v "${PYTHON:-python3}")
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target "$WORK/site" "$WHEELS"/*.whl || return 1
-    echo "$(ls "$WHEELS"/*.whl | wc -l) wheels into $WORK/site; $("$PY" -c \
-      'import torch, dvc; print("torch", torch.__version__, "(the machine'"'"'s), dvc", dvc.__version__)')"
+    local versions
+    versions=$(PYTHONPATH="$WORK/site" "$PY" -c 'import torch, dvc.version
+print("torch", torch.__version__, "(the machine own), dvc", dvc.version.__version__)') || return 1
+    echo "$(ls "$WHEELS"/*.whl | wc -l) wheels into $WORK/site; $versions"
     return 0
   fi
   if [ -n "${SKIP_INSTALL:-}" ]; then
