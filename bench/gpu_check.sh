@@ -27,6 +27,8 @@
 #   TASK 2-workers   the same with train.num_workers 2 (DataLoader workers): bit-identical?
 #   TASK predict     `python -m tools.predict` (onnxruntime, then --backend torch) on the first
 #                    test images: the rows agree, and none failed
+#   classification tensorrt   with TENSORRT=1 (a venv then installs tensorrt-cu13; with WHEELS,
+#                    bring its wheels): export.formats [onnx, tensorrt], the TensorRT gate
 # The tasks run JOBS at a time (default 4, side by side on the one GPU: their seconds per epoch
 # are then those of a shared machine; JOBS=1 for timings alone). A step past the budget
 # (BUDGET_S, 480 s) is not started ("skipped: over budget"). Logs stay in $WORK.
@@ -91,6 +93,7 @@ print("torch", torch.__version__, "(the machine own), dvc", dvc.version.__versio
   PY="$WORK/venv/bin/python"
   "$PY" -m pip install -q -r "$ROOT/requirements.lock" || return 1
   "$PY" -m pip install -q --no-deps -e "$ROOT" || return 1
+  if [ -n "${TENSORRT:-}" ]; then "$PY" -m pip install -q tensorrt-cu13==11.4.0.106 || return 1; fi
   echo "venv with torch $("$PY" -c 'import torch; print(torch.__version__)')"
 }
 
@@ -197,6 +200,26 @@ sys.exit(1 if errors else 0)
 PYTHON
 }
 
+# classification's TensorRT export (TENSORRT=1; needs the tensorrt package): export.formats
+# [onnx, tensorrt] on the GPU-trained model, and the gate's verdict
+tensorrt() {
+  local dir="$WORK/$1"
+  in_project "$dir" "$PY" -c "from tools.project import set_params
+set_params('.', {'export.formats': ['onnx', 'tensorrt']})" || return 1
+  in_project "$dir" timeout 300 "$PY" -m dvc repro export || return 1
+  in_project "$dir" "$PY" - <<'PYTHON'
+import json
+import sys
+
+m = json.load(open("metrics/export.json"))
+h, t = m["headline"], m["tensorrt"]
+if not isinstance(t, dict):
+    sys.exit(f"tensorrt: {t}")
+print(f"engine {t['bytes']} B; {h['metric']} {h['value']['tensorrt']:.4f} vs PyTorch "
+      f"{h['value']['pytorch']:.4f} (drop {h['drop']['tensorrt']:.4f}, max {h['max_drop']})")
+PYTHON
+}
+
 one_task() {
   local task=$1 table="$WORK/$1.tsv"
   : > "$table"
@@ -204,6 +227,9 @@ one_task() {
     run_step "$table" "$task same-bytes" same_bytes "$task"
     run_step "$table" "$task 2-workers" two_workers "$task"
     run_step "$table" "$task predict" predict "$task"
+    if [ -n "${TENSORRT:-}" ] && [ "$task" = classification ]; then
+      run_step "$table" "$task tensorrt" tensorrt "$task"
+    fi
   else
     local why="skipped: no model (repro did not pass)" step
     [ -n "$NO_GPU" ] && why="skipped: no CUDA device"

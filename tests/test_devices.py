@@ -219,3 +219,21 @@ def test_preflight_lets_other_errors_through():
 
     with pytest.raises(RuntimeError, match="out of memory"):
         preflight(step, lambda: None, torch.nn.Linear(1, 1), "t", "m", "cuda:0")
+
+
+def test_the_model_says_what_it_was_trained_with(trained_project):
+    """model.pt, the ONNX metadata and the report's headline carry trained_on: "cpu" on every
+    CPU (the kernel profile names the kernels), deterministic, the precision."""
+    import json
+
+    import onnx
+
+    expected = {"device": "cpu", "deterministic": True, "precision": "fp32"}
+    meta = torch.load(trained_project / "models/model.pt", weights_only=True)["meta"]
+    assert meta["trained_on"] == expected
+    props = {p.key: p.value for p in onnx.load(trained_project / "models/model.onnx").metadata_props}
+    assert json.loads(props["trained_on"]) == expected
+    page = (trained_project / "reports/run.html").read_text()
+    assert "trained on<b>cpu, deterministic, fp32</b>" in page
+    record = json.loads((trained_project / "logs/train.json").read_text())
+    assert record["trained_on"] == expected

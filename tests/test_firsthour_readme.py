@@ -78,6 +78,12 @@ SKIP = {
     r"--backend openvino|model\.int8\.onnx":
         "needs export.formats with openvino and int8 (not the default); "
         "tests/test_export_formats.py runs these predictions",
+    r"bash bench/gpu_check\.sh":
+        "needs a CUDA GPU (and its wheels); tests/test_export_formats.py runs it without one "
+        "(every row skipped, exit 2)",
+    r"^python bench/gpu_wheels\.py":
+        "downloads wheels from the package index (network); tests/test_gpu_wheels.py checks "
+        "which packages it takes",
     r"^python bench/":
         "benchmarks: minutes of training on full-size data",
     r"^python -m tools\.smoke":
