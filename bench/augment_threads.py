@@ -64,7 +64,7 @@ def main(rounds, samples):
         x, y = inputs(name, samples)
         times = {1: [], 2: []}
 
-        def batch():
+        def batch(task=task, x=x, y=y, p=p):
             return [task.augment(x[i], y[i], p, sample_seed(0, 1, i)) for i in range(samples)]
 
         for _ in range(rounds):

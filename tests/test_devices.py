@@ -231,7 +231,8 @@ def test_the_model_says_what_it_was_trained_with(trained_project):
     expected = {"device": "cpu", "deterministic": True, "precision": "fp32"}
     meta = torch.load(trained_project / "models/model.pt", weights_only=True)["meta"]
     assert meta["trained_on"] == expected
-    props = {p.key: p.value for p in onnx.load(trained_project / "models/model.onnx").metadata_props}
+    onnx_model = onnx.load(trained_project / "models/model.onnx")
+    props = {p.key: p.value for p in onnx_model.metadata_props}
     assert json.loads(props["trained_on"]) == expected
     page = (trained_project / "reports/run.html").read_text()
     assert "trained on<b>cpu, deterministic, fp32</b>" in page

@@ -6,11 +6,11 @@ On the CPU every op the tasks use is deterministic. On CUDA some of torch's kern
 "X does not have a deterministic implementation" when it first runs: in the middle of the first
 step, or at the end of the first epoch when only validation uses it. The tasks compute their
 losses without such ops (segmentation's pixel cross-entropy as a one-hot sum, OCR's CTC on the
-CPU); where a model still needs one (torchvision's RoIAlign backward), `preflight` runs one
-train batch and one validation batch before any step, and stops with one line naming the op,
-the task and the param to set, never a torch traceback. The preflight leaves no trace: the
-weights, BatchNorm statistics, gradients and random generators are put back as they were, so
-a run with it gives the same bytes as one without.
+CPU); for a model that still needs one (an op torch lists as having no deterministic CUDA
+kernel), `preflight` runs one train batch and one validation batch before any step, and stops
+with one line naming the op, the task and the param to set, never a torch traceback. The
+preflight leaves no trace: the weights, BatchNorm statistics, gradients and random generators
+are put back as they were, so a run with it gives the same bytes as one without.
 """
 import contextlib
 import os

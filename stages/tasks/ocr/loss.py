@@ -6,8 +6,7 @@ are on a CUDA device and deterministic algorithms are on, the loss is computed o
 log-probabilities are copied over (a differentiable copy: the gradient comes back to the
 device), and the CPU kernel, deterministic, does the rest. The lines are short (T x N x C is a
 few hundred kB a batch), so the copy costs little. With train.deterministic false the CUDA
-kernel runs where the logits are. On the CPU (and on torch's meta device, which tests use to
-catch tensors made on the wrong device) nothing moves.
+kernel runs where the logits are. On the CPU nothing moves.
 """
 
 

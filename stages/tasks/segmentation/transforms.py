@@ -63,8 +63,8 @@ def val_sums(outputs, targets) -> tuple:
     outputs = outputs.float()
     t = targets.long()
     valid = t != IGNORE
-    ce = pixel_nll(outputs, t)
-    per_image = (ce * valid).flatten(1).sum(1) / valid.flatten(1).sum(1).clamp(min=1)
+    ce = pixel_nll(outputs, t)  # 0 at ignored pixels
+    per_image = ce.flatten(1).sum(1) / valid.flatten(1).sum(1).clamp(min=1)
     k = outputs.shape[1]
     pred = outputs.argmax(1)
     miou = 0.0
