@@ -7,21 +7,13 @@ The two take turns batch by batch on the same samples, ROUNDS times, in this one
 each one's median ms per sample and the ratio (one thread / two). The cost to a train step is
 that difference against the step's own time (logs/train.json's samples/s).
 
-    python bench/augment_threads.py [--rounds 7] [--samples 32]
+    python -m bench.augment_threads [--rounds 7] [--samples 32]
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import statistics
 import time
-from pathlib import Path
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SIZES = {"classification": (1, 8, 8), "detection": (3, 224, 224),
          "segmentation": (3, 128, 128), "ocr": (1, 32, 192)}

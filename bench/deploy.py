@@ -1,6 +1,6 @@
 """Benchmark the deployment formats: images/s at batch 1 and 64, and each one's test metric.
 
-    python bench/deploy.py [--project DIR] [--threads 2] [--images 2048] [--device cpu|cuda]
+    python -m bench.deploy [--project DIR] [--threads 2] [--images 2048] [--device cpu|cuda]
 
 Rows: PyTorch eager, onnxruntime fp32 (models/model.onnx), onnxruntime int8
 (models/int8/model.int8.onnx) and OpenVINO f32 (models/openvino/model.xml); with --device cuda
@@ -13,12 +13,6 @@ test split, from the run's metrics/export.json (PyTorch from metrics/eval.json).
 Without --project it builds one: a temp copy of this project on the full built-in sample with
 `export.formats: [onnx, openvino, onnx_int8]` (plus tensorrt with --device cuda), `dvc repro`.
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import os
 import tempfile
@@ -29,7 +23,6 @@ import click
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def images_per_s(run, x: np.ndarray, batch_size: int, repeats: int = 3) -> float:

@@ -12,27 +12,19 @@
 The images are the built-in sample's (drawn in memory), at the sample's params. Prints
 `uptime`'s load so a reader can judge the machine.
 
-    python bench/detect.py [--images 128] [--epochs 2] [--no-aug]
+    python -m bench.detect [--images 128] [--epochs 2] [--no-aug]
 
 3. with --quality, box quality per CPU second instead (bench/detect_quality.py): the real
    train and evaluate stages on the sample at each --budget, mAP50, mAP50-95, mAP75, small and
    medium AP and the train stage's CPU seconds, one line per ablation.
 
-    python bench/detect.py --quality [--budget 30 --budget recipe] [--ablate-at 30]
+    python -m bench.detect --quality [--budget 30 --budget recipe] [--ablate-at 30]
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import dataclasses
 import os
 import time
-from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @click.command()

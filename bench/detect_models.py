@@ -9,21 +9,14 @@ step by step (round robin), so this machine's drifting speed hits them alike; th
 is warm-up. Prints each model's images/s (median over the timed rounds), its ratio to
 centernet_small's, its parameter count, and `uptime`'s load.
 
-    nice -n 19 python bench/detect_models.py [--rounds 6] [--batch 8] [--all]
+    nice -n 19 python -m bench.detect_models [--rounds 6] [--batch 8] [--all]
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import os
 import statistics
 import time
-from pathlib import Path
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 BASELINE = "centernet_small"
 TORCHVISION = ["fasterrcnn_mobilenet_v3_large_320_fpn", "ssdlite320_mobilenet_v3_large"]

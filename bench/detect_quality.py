@@ -1,4 +1,4 @@
-"""Detection box quality per CPU second (`python bench/detect.py --quality`).
+"""Detection box quality per CPU second (`python -m bench.detect --quality`).
 
 Trains the built-in detection sample (1,000 images, its fixed split, at the recipe's size or
 --image-size) with the real train stage, then scores the test split with the real evaluate
@@ -18,7 +18,7 @@ sample is prepared once in --workdir; each run is a folder beside it sharing its
 checkout's code (bench/stage_runs.py), so a run changes nothing here. YOLOv8n on the same
 sample, scored by the same evaluator: bench/detect_yolo.py.
 
-    python bench/detect.py --quality [--budget 30 --budget recipe] [--ablate-at 30]
+    python -m bench.detect --quality [--budget 30 --budget recipe] [--ablate-at 30]
                            [--image-size 224 --workdir /tmp/bench-detect-224]
 """
 from pathlib import Path

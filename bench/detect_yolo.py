@@ -1,12 +1,12 @@
 """Ultralytics YOLOv8n on the built-in detection sample, scored by our evaluator: the yardstick
-that `python bench/detect.py --quality` is read against.
+that `python -m bench.detect --quality` is read against.
 
 Not part of the project's install: Ultralytics is AGPL-3.0 and pulls in OpenCV. Put it beside
 the project's venv without touching it, then run this file with the venv's Python:
 
     pip install --target /tmp/yolo-pkgs --no-deps ultralytics==8.4.190 ultralytics-thop \
         opencv-python-headless py-cpuinfo polars
-    PYTHONPATH=/tmp/yolo-pkgs YOLO_OFFLINE=1 python bench/detect_yolo.py [--epochs 30]
+    PYTHONPATH=/tmp/yolo-pkgs YOLO_OFFLINE=1 python -m bench.detect_yolo [--epochs 30]
 
 The sample is written as the sample stage writes it (1,000 images, 160 px, its train/val/test
 split), YOLOv8n is built from its yaml (no weights) and trained at 160 px, batch 16, on the CPU,
@@ -15,16 +15,9 @@ stages/tasks/detection/metrics.py coco_map, the one evaluate uses (faster-coco-e
 the training's CPU seconds (user + system of this process and its children) beside mAP50,
 mAP50-95, mAP75, small and medium AP.
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def cpu_seconds() -> float:

@@ -5,18 +5,12 @@ train.ema 0 (the last weights) and with each --decay, at the sample's own recipe
 Prints the task's headline test metric (classification accuracy, detection mAP50 and mAP50-95,
 segmentation foreground mIoU, OCR CER: lower is better) and the train stage's CPU seconds.
 
-    python bench/ema.py [--task classification --task ocr ...] [--decay 0.99 --decay 0.998]
+    python -m bench.ema [--task classification --task ocr ...] [--decay 0.99 --decay 0.998]
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 from pathlib import Path
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 TASKS = ("classification", "detection", "segmentation", "ocr")
 

@@ -11,15 +11,10 @@ of the project run with DVC:
    LoRA with docs/fine-tuning.md's recipe (--lora-rank 16 --lora-alpha 32); test accuracy and the
    trainable share of the parameters.
 
-    python bench/finetune.py [--epochs 15] [--resnet-epochs 15] [--only warm|lora]
+    python -m bench.finetune [--epochs 15] [--resnet-epochs 15] [--only warm|lora]
 
 Takes tens of minutes on 2 cores (seven trainings; --only lora: four).
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import shutil
 import tempfile
@@ -29,7 +24,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def curve(project) -> list[float]:

@@ -5,7 +5,7 @@
 #   bash bench/gpu_check.sh                       # a machine with an index: a fresh venv
 #   WHEELS=DIR bash bench/gpu_check.sh            # no index: the machine's own torch and
 #                                                 # torchvision, the rest from DIR's wheels
-#                                                 # (made by bench/gpu_wheels.py elsewhere)
+#                                                 # (made by python -m bench.gpu_wheels elsewhere)
 #   SKIP_INSTALL=1 bash bench/gpu_check.sh        # the `python` on PATH as it is
 #   PYTHON=python3.12 TASKS="detection ocr" JOBS=1 EPOCHS=2 WORK=/tmp/check bash bench/gpu_check.sh
 #   CPU_OK=1 SKIP_INSTALL=1 EPOCHS=1 bash bench/gpu_check.sh   # a dry run of the script on a CPU

@@ -1,6 +1,6 @@
 """Make the wheel folder that bench/gpu_check.sh installs on a GPU machine with no package index.
 
-    python bench/gpu_wheels.py --out wheels [--python-version 3.12] [--have have.txt] [--all]
+    python -m bench.gpu_wheels --out wheels [--python-version 3.12] [--have have.txt] [--all]
 
 A GPU machine in a cluster often has a Python with torch and torchvision built for its CUDA, and
 no way to reach a package index. This runs on a machine that has one: it downloads, for the

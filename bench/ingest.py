@@ -1,7 +1,7 @@
 """Benchmark ingest against a bare single-process loop on a synthetic tree.
 
-    python bench/ingest.py                       # 20,000 small + 500 large JPEGs (the target)
-    python bench/ingest.py --small 2000 --large 50   # a quick run
+    python -m bench.ingest                       # 20,000 small + 500 large JPEGs (the target)
+    python -m bench.ingest --small 2000 --large 50   # a quick run
 
 Prints, from one run: the bare loop's files/s (read + sha256 + full decode, one process),
 ingest's cold files/s and its ratio to the bare loop (target >= 1.6 on 2 cores), the warm
@@ -16,18 +16,13 @@ The bare loop decodes JPEGs to RGB, as a naive script would; ingest decodes one-
 to grey at full size (stages.lib.images.prefer_grey), which rejects exactly the same files
 (tests/test_images.py) for less work. Both decode every byte of every file.
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import hashlib
 import io
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -36,7 +31,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 PROBE = """
 import json, resource, sys, time

@@ -10,7 +10,7 @@ portable >= 0.8x native on every task.
 Both profiles use the same thread count (train.threads, default 2), so the ratio is the
 kernels' cost alone.
 
-    python bench/kernels.py [--tasks classification,detection,segmentation,ocr] [--rounds 3]
+    python -m bench.kernels [--tasks classification,detection,segmentation,ocr] [--rounds 3]
 """
 import json
 import shutil
@@ -23,7 +23,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 # per task: the sample recipe, cut to a size that trains a few epochs in under a minute here
 RUNS = {

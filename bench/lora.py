@@ -10,24 +10,19 @@ Peak memory: on CUDA the allocator's peak (torch.cuda.max_memory_allocated) duri
 on CPU the growth of the process's peak resident set (ru_maxrss) from before the first step:
 gradients, optimiser state and activations kept for backward.
 
-    python bench/lora.py [--model resnet18] [--batch 64] [--size 64] [--steps 20]
+    python -m bench.lora [--model resnet18] [--batch 64] [--size 64] [--steps 20]
 
 Prints both modes and the ratios LoRA / full (time and memory: below 1 means LoRA is cheaper).
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def measure(mode: str, model: str, batch: int, size: int, steps: int, weights: str) -> dict:
@@ -99,7 +94,7 @@ def main(model, batch, size, steps, child, weights):
         torch.save(torchvision.models.get_model(model).state_dict(), weights)
         results = {}
         for mode in ("none", "lora"):  # full fine-tuning first: the baseline
-            out = subprocess.run([sys.executable, __file__, "--model", model, "--batch",
+            out = subprocess.run([sys.executable, "-m", "bench.lora", "--model", model, "--batch",
                                   str(batch), "--size", str(size), "--steps", str(steps),
                                   "--child", mode, "--weights", weights], cwd=ROOT,
                                  capture_output=True, text=True, check=True)

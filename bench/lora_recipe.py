@@ -7,16 +7,11 @@ the recipe of docs/fine-tuning.md (rank 16, alpha 32) and LoRA with a 5x rate fo
 (train.lr_backbone). Prints the test accuracy of each, its gap to full fine-tuning in points,
 the trainable share and the validation curve.
 
-    python bench/lora_recipe.py [--epochs 15] [--start-epochs 5] [--threads 1]
+    python -m bench.lora_recipe [--epochs 15] [--start-epochs 5] [--threads 1]
 
 The digits sample is prepared by `dvc repro prepare` in a temp copy of the project. Same inputs,
 same --threads: the same figures (bench/finetune.py runs the comparison through `dvc repro`).
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import dataclasses
 import os
 import tempfile
@@ -26,7 +21,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 RUNS = {  # name: train params over the resnet18 fine-tuning
     "full fine-tuning": {},

@@ -5,19 +5,15 @@ exact repeats, so there are pairs to find. Prints, per N, the seconds of the ind
 --brute-max, of brute force, their ratio, and whether the pairs are identical (they must be).
 Target: 1,000,000 hashes in under 60 s on 2 cores; identical pairs at 50,000.
 
-    python bench/neardup.py                 # 25,000, 50,000 and 1,000,000 at distance 4
-    python bench/neardup.py --n 1000000 --distance 7
+    python -m bench.neardup                 # 25,000, 50,000 and 1,000,000 at distance 4
+    python -m bench.neardup --n 1000000 --distance 7
 """
-import sys
 import time
-from pathlib import Path
 
 import click
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from stages.lib.groups import brute_pairs, hash_pairs, scheme  # noqa: E402
+from stages.lib.groups import brute_pairs, hash_pairs, scheme
 
 
 def synthetic(n: int, seed: int = 0) -> np.ndarray:

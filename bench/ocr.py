@@ -12,21 +12,13 @@ Predict: the same untrained CRNN exported to ONNX (stages.export.onnx_bytes), th
 lines through onnxruntime and through PyTorch eager (no grad), alternating, plus the shared
 greedy decoding; prints lines/s of each and the ratio onnxruntime / PyTorch.
 
-    python bench/ocr.py [--epochs 3] [--samples 512] [--threads 2]
+    python -m bench.ocr [--epochs 3] [--samples 512] [--threads 2]
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import dataclasses
 import statistics
 import time
-from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @click.command()

@@ -7,20 +7,13 @@ The model is the project's models/model.pt, exported here in memory with a dynam
 (stages.export.onnx_bytes); the lines are the project's test split, read as predict reads them
 (tools.inference). Rounds alternate baseline and buckets, so a drifting machine hits both.
 
-    python bench/ocr_buckets.py PROJECT [--buckets 96,144,192] [--beam 5] [--rounds 3]
+    python -m bench.ocr_buckets PROJECT [--buckets 96,144,192] [--beam 5] [--rounds 3]
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import tempfile
 import time
 from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @click.command()

@@ -9,20 +9,13 @@ batch (so the machine's drifting speed hits both alike), with the sample's train
 (augmentation included). After each epoch both are scored on the val split (the bucketed one at
 each line's bucket, as train and evaluate do). Prints lines/s of each, the ratio, and val CER.
 
-    python bench/ocr_train_buckets.py PROJECT [--lines 512] [--epochs 2] [--threads 2]
+    python -m bench.ocr_train_buckets PROJECT [--lines 512] [--epochs 2] [--threads 2]
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import dataclasses
 import time
 from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @click.command()

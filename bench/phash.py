@@ -13,20 +13,16 @@ A labelled synthetic benchmark, seeded (the same figures on every machine):
 Every file goes through ingest's own decode and hash (stages.lib.images.inspect_image).
 recall = near-duplicate pairs within the distance / all; FPR = lookalike pairs within / all.
 
-    python bench/phash.py                      # sides 8 12 16 24 32 48 64, 150 originals each
-    python bench/phash.py --side 28 --n 300
+    python -m bench.phash                      # sides 8 12 16 24 32 48 64, 150 originals each
+    python -m bench.phash --side 28 --n 300
 """
 import io
-import sys
-from pathlib import Path
 
 import click
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from stages.lib.images import inspect_image  # noqa: E402
+from stages.lib.images import inspect_image
 
 DISTANCES = range(11)
 

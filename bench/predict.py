@@ -1,6 +1,6 @@
 """Benchmark inference: onnxruntime vs PyTorch eager, and the HTTP API vs in-process onnxruntime.
 
-    python bench/predict.py [--project DIR] [--images 4000] [--batch-size 64] [--requests 800]
+    python -m bench.predict [--project DIR] [--images 4000] [--batch-size 64] [--requests 800]
 
 Uses DIR/models/model.onnx and DIR/models/model.pt and the images under DIR/data/sample (or
 --images-dir), decoded once and cycled to --images. Without --project it uses this project
@@ -11,16 +11,11 @@ their ratio, and the API's requests/s and p50/p99 latency with --concurrency cli
 one image each, as a ratio to in-process onnxruntime throughput. Every figure is measured in
 the same run, so the ratios hold even on a busy machine; the absolute numbers do not.
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import os
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +24,6 @@ import click
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def throughput(model, images: np.ndarray, batch_size: int, repeats: int = 3) -> float:

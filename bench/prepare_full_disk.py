@@ -1,7 +1,7 @@
 """Does prepare always exit on a full disk? Many runs of the full-disk case, under load.
 
-    python bench/prepare_full_disk.py                # 300 runs, 2 workers, 2 busy loops
-    python bench/prepare_full_disk.py --runs 50 --load 0
+    python -m bench.prepare_full_disk                # 300 runs, 2 workers, 2 busy loops
+    python -m bench.prepare_full_disk --runs 50 --load 0
 
 Each run builds the tiny project of tests/fake_model_project.py (12 images per split), then
 runs `python -m stages.prepare` with 2 workers under a 500-byte file-size limit (a full disk:
@@ -24,8 +24,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-# the repository instead of bench/ (whose queue.py would shadow the standard library's queue)
-sys.path[0] = str(ROOT)
 
 
 def busy(stop_at: float) -> None:

@@ -1,10 +1,10 @@
 """prepare's peak RSS and CPU at two dataset sizes, two versions of the code in turns (paired).
 
-    python bench/prepare_memory.py                      # this checkout's code
+    python -m bench.prepare_memory                      # this checkout's code
     git archive main stages | tar -x -C /tmp/old-code   # another version's stages/ ...
-    python bench/prepare_memory.py --code /tmp/old-code --code .   # ... and this one, in turns
+    python -m bench.prepare_memory --code /tmp/old-code --code .   # ... and this one, in turns
 
-Uses what `python bench/scale.py` left in --source (default /tmp/scale-bench): for each N
+Uses what `python -m bench.scale` left in --source (default /tmp/scale-bench): for each N
 (default 25,000 and 100,000) it copies params.yaml and data/split/ of project-N into
 --work/project-N (the originals are only read), sets prepare.image_size to --image-size (the
 bench's 160 px) and prepare.workers to --workers, and runs the prepare stage there as its own
@@ -14,16 +14,11 @@ time, its own CPU (the parent's: the serial part, imports included), its workers
 seconds its processes spent in fsync. CPU times and RSS hold on a loaded machine; wall times
 do not. Each --code is run once per N per --rounds, alternating, so a load change hits both.
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ off sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,9 +60,10 @@ def run(code: Path, project: Path) -> dict:
 
     log = project / "fsync.log"
     log.unlink(missing_ok=True)
-    env = {**os.environ, FSYNC_LOG: str(log)}
-    proc = subprocess.Popen([sys.executable, __file__, "--stage", str(code)], cwd=project,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, FSYNC_LOG: str(log), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "bench.prepare_memory", "--stage", str(code)],
+                            cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     peak, seen, vm = 0, {}, vmstat()
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid))
@@ -148,7 +144,6 @@ def main(source, work, sizes, image_size, workers, rounds, codes, stage_code):
     smallest per code."""
     if stage_code:
         return stage(stage_code)
-    sys.path.insert(0, str(ROOT))
     from tools.project import set_params
 
     codes = [Path(c).resolve() for c in codes] or [ROOT]

@@ -1,20 +1,16 @@
 """prepare's serial share: the CPU of its parent process against that of its workers.
 
-    cd /tmp/scale-bench/project-25000 && python /path/to/bench/prepare_share.py
+    cd /tmp/scale-bench/project-25000 && python -m bench.prepare_share
 
 Runs the prepare stage in this process, in the current project folder (one that
-`bench/scale.py` left, for example), and prints its wall time, the parent's CPU (what runs on
-one core: Amdahl's serial part) and the workers' CPU. CPU times hold on a loaded machine where
+`bench/scale.py` left, for example: the folder's own copy of stages/ and bench/ runs), and
+prints its wall time, the parent's CPU (what runs on one core: Amdahl's serial part) and the
+workers' CPU. CPU times hold on a loaded machine where
 wall-clock ratios do not: on 2 idle cores prepare's wall time is about
 parent + workers / 2.
 """
 import resource
-import sys
 import time
-from pathlib import Path
-
-# the repository instead of bench/ (whose queue.py would shadow the standard library's queue)
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Benchmark Ray against the local path (issue 31): predict, and prepare (bench/ray_prepare.py).
 
-    python bench/ray.py [--what predict|prepare|both] [--images 10000] [--model M]
+    python -m bench.ray [--what predict|prepare|both] [--images 10000] [--model M]
                         [--batch-size 64]
 
 predict: --images small PNGs (32x32 grey, seeded) are written to a temp folder and predicted
@@ -20,14 +20,9 @@ inference cost).
 prepare: bench/ray_prepare.py's bench_prepare(images), imported only for it (skipped, saying
 so, while that file is not there).
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +30,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 MACHINES, PROJECTED = 10, 10_000_000
 

@@ -1,8 +1,8 @@
 """Ray prepare against local prepare (issue 31), measured in one run on this machine.
 
-    python bench/ray_prepare.py                     # 10,000 generated images
-    python bench/ray_prepare.py --images 2000 --images 20000   # driver RSS flat in N?
-    python bench/ray_prepare.py --address HOST:6379 # an existing cluster instead of a local one
+    python -m bench.ray_prepare                     # 10,000 generated images
+    python -m bench.ray_prepare --images 2000 --images 20000   # driver RSS flat in N?
+    python -m bench.ray_prepare --address HOST:6379 # an existing cluster instead of a local one
 
 For each N it writes N small images (32x32 RGB PNG, 10 classes; 80/10/10 split files) into a
 temp project and runs `python -m stages.prepare` there twice, `prepare.engine: local` (all
@@ -13,17 +13,12 @@ run, to its first result. Reported per N: seconds of each, images/s, the ratio l
 and without the fixed cost, and each driver's peak RSS (the stage process's own VmHWM; local's
 workers hold a shard each on top, Ray's run in the cluster's processes).
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ off sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 

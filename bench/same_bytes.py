@@ -3,9 +3,9 @@
 A refactor that claims to change no behaviour proves it here. Run it on the commit before the
 change and on the commit after it, then compare the two files:
 
-    python bench/same_bytes.py --out before.json            # on the old commit
-    python bench/same_bytes.py --out after.json             # on the new commit
-    python bench/same_bytes.py --compare before.json after.json
+    python -m bench.same_bytes --out before.json            # on the old commit
+    python -m bench.same_bytes --out after.json             # on the new commit
+    python -m bench.same_bytes --compare before.json after.json
 
 Each run copies this checkout into a scratch folder, sets the task and its sample params, runs
 `dvc repro` and reads every out's md5 from the `dvc.lock` it wrote. Code hashes are not outs:
@@ -46,7 +46,6 @@ def lock_outs(lock: dict) -> dict[str, str]:
 def run_task(name: str, overrides: dict) -> dict[str, str]:
     import yaml
 
-    sys.path.insert(0, str(ROOT))
     from tools.project import copy_project, dvc
 
     task = overrides["task"]

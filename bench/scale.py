@@ -1,7 +1,7 @@
 """How the data path scales: ingest, validate, split, prepare and train on synthetic trees of N.
 
-    python bench/scale.py                          # N = 25,000 and 100,000 (the issue's sizes)
-    python bench/scale.py --sizes 5000,20000       # what fits in a shorter session
+    python -m bench.scale                          # N = 25,000 and 100,000 (the issue's sizes)
+    python -m bench.scale --sizes 5000,20000       # what fits in a shorter session
 
 It prints its expected duration first (about 9 minutes for the default sizes on 2 idle cores,
 1.5 of them writing the 125,000 seeded JPEGs once: they stay under --work and are reused).
@@ -35,17 +35,12 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
 At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
 prepare and train). Timings share the machine with whatever else runs.
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -53,7 +48,6 @@ from pathlib import Path
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 CLASSES = 10
 STAGES = ("ingest", "validate", "split", "prepare", "train")
 
@@ -256,7 +250,7 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, d
         def baseline(kind: str, project=project, tree=tree) -> float:
             """One baseline loop (decode or bare) in a fresh process, watched as stages are."""
             _, _, out = run_polled(
-                [sys.executable, __file__, "--loop", kind, "--project", str(project),
+                [sys.executable, "-m", "bench.scale", "--loop", kind, "--project", str(project),
                  "--source", str(tree), "--decode-sample", str(decode_sample), "--image-size",
                  str(image_size), "--bare-steps", str(bare_steps), "--batch-size",
                  str(batch_size)], project, f"{kind} loop")
@@ -294,7 +288,7 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, d
                    f"stage run: {', '.join(f'{v:.0f}' for v in bares)}")
         if paired_epochs:
             _, _, out = run_polled(
-                [sys.executable, str(ROOT / "bench/train.py"), "--params",
+                [sys.executable, "-m", "bench.train", "--params",
                  str(project / "params.yaml"), "--processed", str(project / "data/processed"),
                  "--epochs", str(paired_epochs)], project, "paired train loops")
             stage_pair, bare_pair = (float(line.split()[-2]) for line in out.splitlines()

@@ -1,7 +1,7 @@
 """Segmentation benchmarks: the train stage's loop against a bare loop, and onnxruntime against
 PyTorch for prediction.
 
-    python bench/segment.py [--epochs 3] [--samples 256] [--project DIR] [--images 256]
+    python -m bench.segment [--epochs 3] [--samples 256] [--project DIR] [--images 256]
 
 Training: the stage's loop (stages.train.fit with the segmentation task and the built-in
 sample's params: U-Net, batch 16, 128 px RGB, per-sample augmentation of image and mask, the
@@ -15,17 +15,10 @@ same uint8 batches of its sample images through models/model.onnx (onnxruntime) 
 models/model.pt (PyTorch eager), preprocessing and mask decoding (argmax, areas, RLE, PNG)
 included, file decoding not. Prints images/s of both and the ratio.
 """
-import sys
-
-# ruff: noqa: E402
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import time
 from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def train_ratio(epochs: int, samples: int) -> None:

@@ -1,6 +1,6 @@
 """The hostile HTTP load of issue 30 against a real `tools.serve`, bounded, loopback only.
 
-    python bench/serve_load.py --model models/model.onnx [--limit 64] [--quick]
+    python -m bench.serve_load --model models/model.onnx [--limit 64] [--quick]
 
 Starts the server on a free 127.0.0.1 port (--max-pixels 40,000,000, --limit-concurrency
 --limit) and runs four phases, each a fixed number of requests and a few seconds, while a
@@ -26,11 +26,7 @@ import sys
 import threading
 import time
 
-try:  # imported as bench.serve_load (tests); bench/ never goes on sys.path there, where its
-    # ray.py and queue.py would shadow Ray and the standard library's queue for the session
-    from bench.serve_memory import HEALTH_TARGET_MS, ROOT, free_port, worst_cases
-except ImportError:  # run as a script: bench/ is sys.path[0] already
-    from serve_memory import HEALTH_TARGET_MS, ROOT, free_port, worst_cases
+from bench.serve_memory import HEALTH_TARGET_MS, ROOT, free_port, worst_cases
 
 PROBE = """
 import sys, threading, time, httpx

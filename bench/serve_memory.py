@@ -1,6 +1,6 @@
 """Peak memory of `tools.serve` under concurrent worst-case images, next to its budget.
 
-    python bench/serve_memory.py --model models/model.onnx [--clients 16] [--max-decode-mb 256]
+    python -m bench.serve_memory --model models/model.onnx [--clients 16] [--max-decode-mb 256]
 
 Starts a real server on a free loopback port (with --max-pixels 40,000,000), then sends
 --clients concurrent requests, half a 1 x 39,000,000 pixel TIFF (a few hundred bytes that

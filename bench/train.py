@@ -16,27 +16,18 @@ step's covers indexing the batch, forward, backward and optimizer step. The firs
 warm-up and dropped. Prints each loop's samples/s over the timed steps, their ratio, and the
 median of per-epoch ratios; target >= 0.95.
 
-    python bench/train.py [--epochs 10] [--params params.yaml] [--shards]
-    python bench/train.py --processed data/processed [--params params.yaml] [--epochs 2]
+    python -m bench.train [--epochs 10] [--params params.yaml] [--shards]
+    python -m bench.train --processed data/processed [--params params.yaml] [--epochs 2]
 
 --shards: the stage's loop reads prepare's shards from disk (per-batch reads and
 normalisation, as the train stage does) while the bare loop indexes the same images held in
 memory, normalised once: the cost of streaming. --processed: the same, on the train and val
 shards a prepare already wrote (bench/scale.py: its 25,000 and 100,000 image trees).
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
 import statistics
 import time
-from pathlib import Path
 
 import click
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def bare_step(model, opt, x, y, idx) -> float:

@@ -1,7 +1,7 @@
 """The CPU cost of writing prepare's shards on a filesystem, and the prepare/decode ceiling it sets.
 
-    python bench/write_cost.py                    # writes under ./data (the project's disk)
-    python bench/write_cost.py --folder /dev/shm  # the same bytes to memory (tmpfs)
+    python -m bench.write_cost                    # writes under ./data (the project's disk)
+    python -m bench.write_cost --folder /dev/shm  # the same bytes to memory (tmpfs)
 
 Writes --shards shards of 1,000 RGB images at --image-size px (1.9 GB at the defaults, the
 bench/scale.py 25,000 case) with stages.lib.shards.save_npy, as prepare's workers do, then
@@ -12,15 +12,11 @@ speed-up on 2 cores, 2 x decode / (decode + write), reached only if both cores d
 """
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import click
-
-# the repository instead of bench/ (whose queue.py would shadow the standard library's queue)
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 
 def cpu() -> float:

@@ -81,10 +81,10 @@ SKIP = {
     r"bash bench/gpu_check\.sh":
         "needs a CUDA GPU (and its wheels); tests/test_export_formats.py runs it without one "
         "(every row skipped, exit 2)",
-    r"^python bench/gpu_wheels\.py":
+    r"^python -m bench\.gpu_wheels":
         "downloads wheels from the package index (network); tests/test_gpu_wheels.py checks "
         "which packages it takes",
-    r"^python bench/":
+    r"^python -m bench\.":
         "benchmarks: minutes of training on full-size data",
     r"^python -m tools\.smoke":
         "a whole pipeline run in a temp copy (about 30 s each); tests/test_firsthour_smoke.py "

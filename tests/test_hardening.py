@@ -413,8 +413,7 @@ def test_docs_work_offline(onnx_model, tmp_path):
 def test_sixteen_worst_case_requests_stay_under_1_gb_and_health_answers(onnx_model):
     """Memory is bounded (a budget, not a timing); /health's latency is the bench's to print
     (bench/serve_memory.py), never a threshold here: this machine's speed is noise."""
-    from bench.serve_memory import RSS_TARGET_MB, run  # not bench/ on sys.path: its ray.py
-    # and queue.py would shadow the packages of those names for the rest of the session
+    from bench.serve_memory import RSS_TARGET_MB, run
 
     result = run(onnx_model, 16)
     assert result["peak_rss_mb"] < RSS_TARGET_MB, result

@@ -146,7 +146,7 @@ def test_the_hostile_load_bench_gets_no_5xx_and_health_is_always_200(model):
     """bench/serve_load.py at half scale with --limit-concurrency 16: 40 slow-header
     connections, 8 worst-case images, 16 clients on new connections (the limit) and 8
     keep-alive clients. Status codes only: the latency figures are the bench's to print."""
-    from bench.serve_load import run  # not bench/ on sys.path (its ray.py shadows Ray's)
+    from bench.serve_load import run
 
     rows = {r["phase"]: r for r in run(model, limit=16, quick=True)}
     for name, r in rows.items():

@@ -1,8 +1,8 @@
 """Two experiments side by side (`dvc queue start -j 2`) against the same two one after the other.
 
-    python bench/queue.py                  # the default sample, --epochs 30
-    python bench/queue.py --oversubscribed # also -j 2 with each training on all cores (the
-                                           # old behaviour: TRAIN_CONCURRENT_JOBS=1)
+    python -m bench.dvc_queue                  # the default sample, --epochs 30
+    python -m bench.dvc_queue --oversubscribed # also -j 2 with each training on all cores (the
+                                               # old behaviour: TRAIN_CONCURRENT_JOBS=1)
 
 In a copy of the project, after one `dvc repro` (not timed): two `dvc exp run` one after the
 other, then two queued experiments run with `dvc queue start -j 2`, timed from the start of the
@@ -14,23 +14,13 @@ parallel / queued one at a time. With train.threads: 0 each queued training take
 share of the cores (stages/lib/cores.py); logs of each run's thread count are in the
 experiments' logs/train.json.
 """
-import sys
-
-# ruff: noqa: E402
-# bench/ first on sys.path: bench/queue.py would shadow the standard library's queue module
-_BENCH = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if __import__("os").path.abspath(p or ".") != _BENCH]
-
-# this file's folder first on sys.path would make this file the standard library's queue
-sys.path[:] = [p for p in sys.path if p != sys.path[0] or not p.endswith("bench")]
-import os  # noqa: E402
+import os
 import time
 from pathlib import Path
 
 import click
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def finished(root, names) -> bool:
