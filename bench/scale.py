@@ -35,6 +35,7 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
 At the end, the ratios of peak RSS between the largest and the smallest N (target <= 1.25 for
 prepare and train). Timings share the machine with whatever else runs.
 """
+import dataclasses
 import json
 import os
 import shutil
@@ -207,8 +208,6 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
 def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, decode_runs,
          bare_steps, rounds, paired_epochs, loop, project, source):
     """Print per-N stage figures and the scaling ratios."""
-    from tools.project import copy_project
-
     if loop == "decode":
         click.echo(decode_loop(Path(project), Path(source), decode_sample, image_size))
         return
@@ -216,108 +215,14 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, d
         click.echo(bare_train(Path(project), bare_steps, batch_size, 0.003))
         return
 
+    s = Settings(image_size, train_image_size, batch_size, decode_sample, decode_runs,
+                 bare_steps, rounds, paired_epochs)
     work = Path(work)
     results = {}
-    ns = [int(s) for s in sizes.split(",")]
-    trees = sum(n for n in ns if not (work / f"tree-{n}" / ".complete").exists())
-    # measured on the 2 idle cores of the issue's machine: stages (ingest, validate, split,
-    # prepare twice, a 32 px epoch, the loops) ~3 s per 1,000 files + ~20 s per N; the
-    # seeded JPEG trees ~0.65 s per 1,000 files, built once and reused from --work
-    guess = sum(3.0 * n / 1000 + 20 for n in ns) + 0.65 * trees / 1000
-    guess += sum((rounds - 1) * 1.6 * n / 1000 for n in ns)  # each more epoch and bare loop
-    guess += sum((paired_epochs + 1) * 1.0 * n / 1000 for n in ns if paired_epochs)
-    guess += 2 * (decode_runs - 1) * 2.5 * len(ns)  # each more decode loop: ~2.5 s
-    if train_image_size in (0, image_size) and image_size > 64:
-        guess += sum(0.7 * n / 20 for n in ns)  # small_cnn at 160 px: ~20 images/s
-    click.echo(f"expected: about {max(1, round(guess / 60))} min on 2 idle cores"
-               + (f" (including {0.65 * trees / 1000:.0f} s to write {trees:,} JPEGs "
-                  f"under {work}, reused next time)" if trees else f" (trees reused from {work})")
-               + "; a loaded machine takes longer, and its ratios are not comparable")
+    ns = [int(x) for x in sizes.split(",")]
+    announce(ns, work, s)
     for n in ns:
-        tree = work / f"tree-{n}"
-        tic = time.perf_counter()
-        build_tree(tree, n)
-        click.echo(f"N={n}: tree ready ({time.perf_counter() - tic:.0f} s)")
-        project = work / f"project-{n}"
-        if project.exists():
-            shutil.rmtree(project)
-        copy_project(ROOT, project, git_init=False, params={
-            "data.source": str(tree), "prepare.image_size": image_size, "prepare.channels": 3,
-            "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.5, 0.5, 0.5],
-            "train.epochs": 1, "train.batch_size": batch_size})
-        r = {}
-
-        def baseline(kind: str, project=project, tree=tree) -> float:
-            """One baseline loop (decode or bare) in a fresh process, watched as stages are."""
-            _, _, out = run_polled(
-                [sys.executable, "-m", "bench.scale", "--loop", kind, "--project", str(project),
-                 "--source", str(tree), "--decode-sample", str(decode_sample), "--image-size",
-                 str(image_size), "--bare-steps", str(bare_steps), "--batch-size",
-                 str(batch_size)], project, f"{kind} loop")
-            return float(out.split()[-1])
-
-        stage_runs, bares = [], []
-        for stage in STAGES:
-            if stage == "prepare":  # the baseline on both sides of prepare: the machine drifts
-                before = [baseline("decode") for _ in range(decode_runs)]
-            if stage == "train":
-                after = [baseline("decode") for _ in range(decode_runs)]
-            if stage == "train" and train_image_size and train_image_size != image_size:
-                from tools.project import set_params
-
-                set_params(project, {"prepare.image_size": train_image_size})
-                run_stage("prepare", project)
-                click.echo(f"  (re-prepared at {train_image_size} px for train)")
-            for k in range(rounds if stage == "train" else 1):
-                if k:  # the same epoch again, from scratch
-                    shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
-                seconds, peak = run_stage(stage, project)
-                if stage == "train":
-                    record = json.loads((project / "logs/train.json").read_text())
-                    stage_runs.append(record["epochs"][0]["samples_per_s"])
-                    bares.append(baseline("bare"))
-                if k:
-                    continue
-                r[stage] = {"s_per_1000": seconds / n * 1000, "seconds": seconds,
-                            "peak_rss": peak}
-                click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 "
-                           f"files  peak RSS {peak / 2**20:7.0f} MiB")
-        stage_ips, bare = statistics.median(stage_runs), statistics.median(bares)
-        click.echo(f"  train stage first epoch, images/s per run: "
-                   f"{', '.join(f'{v:.0f}' for v in stage_runs)}; bare loop, each after the "
-                   f"stage run: {', '.join(f'{v:.0f}' for v in bares)}")
-        if paired_epochs:
-            _, _, out = run_polled(
-                [sys.executable, "-m", "bench.train", "--params",
-                 str(project / "params.yaml"), "--processed", str(project / "data/processed"),
-                 "--epochs", str(paired_epochs)], project, "paired train loops")
-            stage_pair, bare_pair = (float(line.split()[-2]) for line in out.splitlines()
-                                     if line.startswith(("stage loop:", "bare loop:")))
-            r.update(paired_stage_ips=stage_pair, paired_bare_ips=bare_pair)
-        decode = statistics.median(before + after)
-        prepare_fps = n / r["prepare"]["seconds"]
-        r.update(decode_fps=decode, decode_before=before, decode_after=after,
-                 prepare_fps=prepare_fps, train_ips=stage_ips, bare_ips=bare,
-                 train_runs=stage_runs, bare_runs=bares,
-                 threads=record.get("threads"),
-                 processed_bytes=sum(f.stat().st_size for f in
-                                     (project / "data/processed").rglob("*") if f.is_file()),
-                 tree_bytes=sum(f.stat().st_size for f in tree.rglob("*.jpg")))
-        click.echo(f"  prepare {prepare_fps:.0f} files/s vs single-process decode loop "
-                   f"{decode:.0f} files/s (median of {', '.join(f'{v:.0f}' for v in before)} "
-                   f"before and {', '.join(f'{v:.0f}' for v in after)} after): "
-                   f"{prepare_fps / decode:.2f}x (target >= 1.6)")
-        click.echo(f"  train first epoch {stage_ips:.1f} images/s vs bare in-memory loop "
-                   f"{bare:.1f} images/s (medians of {rounds}): {stage_ips / bare:.3f} "
-                   f"(target >= 0.95)")
-        if paired_epochs:
-            click.echo(f"  train stage's fit() {stage_pair:.1f} images/s vs bare in-memory loop "
-                       f"{bare_pair:.1f} images/s, step by step in one process "
-                       f"(bench/train.py --processed, {paired_epochs} epoch(s) after a warm-up "
-                       f"one): {stage_pair / bare_pair:.3f} (target >= 0.95)")
-        click.echo(f"  disk: JPEG tree {r['tree_bytes'] / 2**20:.0f} MiB, data/processed "
-                   f"{r['processed_bytes'] / 2**20:.0f} MiB")
-        results[n] = r
+        results[n] = run_size(n, work, s)
     if len(results) > 1:
         small, large = min(results), max(results)
         for stage in STAGES:
@@ -325,6 +230,146 @@ def main(sizes, work, image_size, train_image_size, batch_size, decode_sample, d
             click.echo(f"peak RSS {stage:9s} N={large} / N={small}: {ratio:.2f}"
                        + (" (target <= 1.25)" if stage in ("prepare", "train") else ""))
     (work / "results.json").write_text(json.dumps(results, indent=1))
+
+
+@dataclasses.dataclass
+class Settings:
+    """The options each N's run reads (main's, as given)."""
+    image_size: int
+    train_image_size: int
+    batch_size: int
+    decode_sample: int
+    decode_runs: int
+    bare_steps: int
+    rounds: int
+    paired_epochs: int
+
+
+def announce(ns: list[int], work: Path, s: Settings) -> None:
+    """Print the expected run time, from the figures of the issue's machine."""
+    trees = sum(n for n in ns if not (work / f"tree-{n}" / ".complete").exists())
+    # measured on the 2 idle cores of the issue's machine: stages (ingest, validate, split,
+    # prepare twice, a 32 px epoch, the loops) ~3 s per 1,000 files + ~20 s per N; the
+    # seeded JPEG trees ~0.65 s per 1,000 files, built once and reused from --work
+    guess = sum(3.0 * n / 1000 + 20 for n in ns) + 0.65 * trees / 1000
+    guess += sum((s.rounds - 1) * 1.6 * n / 1000 for n in ns)  # each more epoch and bare loop
+    guess += sum((s.paired_epochs + 1) * 1.0 * n / 1000 for n in ns if s.paired_epochs)
+    guess += 2 * (s.decode_runs - 1) * 2.5 * len(ns)  # each more decode loop: ~2.5 s
+    if s.train_image_size in (0, s.image_size) and s.image_size > 64:
+        guess += sum(0.7 * n / 20 for n in ns)  # small_cnn at 160 px: ~20 images/s
+    click.echo(f"expected: about {max(1, round(guess / 60))} min on 2 idle cores"
+               + (f" (including {0.65 * trees / 1000:.0f} s to write {trees:,} JPEGs "
+                  f"under {work}, reused next time)" if trees else f" (trees reused from {work})")
+               + "; a loaded machine takes longer, and its ratios are not comparable")
+
+
+def baseline(kind: str, project: Path, tree: Path, s: Settings) -> float:
+    """One baseline loop (decode or bare) in a fresh process, watched as stages are."""
+    _, _, out = run_polled(
+        [sys.executable, "-m", "bench.scale", "--loop", kind, "--project", str(project),
+         "--source", str(tree), "--decode-sample", str(s.decode_sample), "--image-size",
+         str(s.image_size), "--bare-steps", str(s.bare_steps), "--batch-size",
+         str(s.batch_size)], project, f"{kind} loop")
+    return float(out.split()[-1])
+
+
+def run_size(n: int, work: Path, s: Settings) -> dict:
+    """Build (or reuse) the tree of n files, run every stage on a fresh copy of the project
+    and print and return its figures."""
+    from tools.project import copy_project
+
+    tree = work / f"tree-{n}"
+    tic = time.perf_counter()
+    build_tree(tree, n)
+    click.echo(f"N={n}: tree ready ({time.perf_counter() - tic:.0f} s)")
+    project = work / f"project-{n}"
+    if project.exists():
+        shutil.rmtree(project)
+    copy_project(ROOT, project, git_init=False, params={
+        "data.source": str(tree), "prepare.image_size": s.image_size, "prepare.channels": 3,
+        "prepare.mean": [0.5, 0.5, 0.5], "prepare.std": [0.5, 0.5, 0.5],
+        "train.epochs": 1, "train.batch_size": s.batch_size})
+    r, runs = run_stages(n, project, tree, s)
+    stage_runs, bares, before, after = runs["stage"], runs["bare"], runs["before"], runs["after"]
+    stage_ips, bare = statistics.median(stage_runs), statistics.median(bares)
+    click.echo(f"  train stage first epoch, images/s per run: "
+               f"{', '.join(f'{v:.0f}' for v in stage_runs)}; bare loop, each after the "
+               f"stage run: {', '.join(f'{v:.0f}' for v in bares)}")
+    if s.paired_epochs:
+        _, _, out = run_polled(
+            [sys.executable, "-m", "bench.train", "--params",
+             str(project / "params.yaml"), "--processed", str(project / "data/processed"),
+             "--epochs", str(s.paired_epochs)], project, "paired train loops")
+        stage_pair, bare_pair = (float(line.split()[-2]) for line in out.splitlines()
+                                 if line.startswith(("stage loop:", "bare loop:")))
+        r.update(paired_stage_ips=stage_pair, paired_bare_ips=bare_pair)
+    decode = statistics.median(before + after)
+    prepare_fps = n / r["prepare"]["seconds"]
+    r.update(decode_fps=decode, decode_before=before, decode_after=after,
+             prepare_fps=prepare_fps, train_ips=stage_ips, bare_ips=bare,
+             train_runs=stage_runs, bare_runs=bares,
+             threads=runs["record"].get("threads"),
+             processed_bytes=sum(f.stat().st_size for f in
+                                 (project / "data/processed").rglob("*") if f.is_file()),
+             tree_bytes=sum(f.stat().st_size for f in tree.rglob("*.jpg")))
+    report(r, s)
+    return r
+
+
+def run_stages(n: int, project: Path, tree: Path, s: Settings) -> tuple[dict, dict]:
+    """Each stage's seconds and peak RSS (printed), the decode loops on both sides of prepare
+    and the train stage's runs, a bare loop after each: (figures, the runs' rates)."""
+    r = {}
+    stage_runs, bares = [], []
+    for stage in STAGES:
+        if stage == "prepare":  # the baseline on both sides of prepare: the machine drifts
+            before = [baseline("decode", project, tree, s) for _ in range(s.decode_runs)]
+        if stage == "train":
+            after = [baseline("decode", project, tree, s) for _ in range(s.decode_runs)]
+        if stage == "train" and s.train_image_size and s.train_image_size != s.image_size:
+            from tools.project import set_params
+
+            set_params(project, {"prepare.image_size": s.train_image_size})
+            run_stage("prepare", project)
+            click.echo(f"  (re-prepared at {s.train_image_size} px for train)")
+        for k in range(s.rounds if stage == "train" else 1):
+            if k:  # the same epoch again, from scratch
+                shutil.rmtree(project / "models/checkpoints", ignore_errors=True)
+            seconds, peak = run_stage(stage, project)
+            if stage == "train":
+                record = json.loads((project / "logs/train.json").read_text())
+                stage_runs.append(record["epochs"][0]["samples_per_s"])
+                bares.append(baseline("bare", project, tree, s))
+            if k:
+                continue
+            r[stage] = {"s_per_1000": seconds / n * 1000, "seconds": seconds,
+                        "peak_rss": peak}
+            click.echo(f"  {stage:9s} {seconds:8.1f} s  {seconds / n * 1000:6.2f} s/1000 "
+                       f"files  peak RSS {peak / 2**20:7.0f} MiB")
+    return r, {"stage": stage_runs, "bare": bares, "before": before, "after": after,
+               "record": record}
+
+
+def report(r: dict, s: Settings) -> None:
+    """Print one N's ratios against the baselines, and its disk use."""
+    prepare_fps, decode = r["prepare_fps"], r["decode_fps"]
+    before, after = r["decode_before"], r["decode_after"]
+    stage_ips, bare = r["train_ips"], r["bare_ips"]
+    click.echo(f"  prepare {prepare_fps:.0f} files/s vs single-process decode loop "
+               f"{decode:.0f} files/s (median of {', '.join(f'{v:.0f}' for v in before)} "
+               f"before and {', '.join(f'{v:.0f}' for v in after)} after): "
+               f"{prepare_fps / decode:.2f}x (target >= 1.6)")
+    click.echo(f"  train first epoch {stage_ips:.1f} images/s vs bare in-memory loop "
+               f"{bare:.1f} images/s (medians of {s.rounds}): {stage_ips / bare:.3f} "
+               f"(target >= 0.95)")
+    if s.paired_epochs:
+        stage_pair, bare_pair = r["paired_stage_ips"], r["paired_bare_ips"]
+        click.echo(f"  train stage's fit() {stage_pair:.1f} images/s vs bare in-memory loop "
+                   f"{bare_pair:.1f} images/s, step by step in one process "
+                   f"(bench/train.py --processed, {s.paired_epochs} epoch(s) after a warm-up "
+                   f"one): {stage_pair / bare_pair:.3f} (target >= 0.95)")
+    click.echo(f"  disk: JPEG tree {r['tree_bytes'] / 2**20:.0f} MiB, data/processed "
+               f"{r['processed_bytes'] / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

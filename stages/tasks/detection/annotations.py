@@ -254,11 +254,25 @@ def read_coco(source, listing, jsons) -> Annotations:
     for rel, kind, _ in listing:
         if kind == "file" and rel not in out.skip:
             out.values[rel] = {**BLANK, "split": split_of(rel), "boxes": ""}
-    parsed, listed = [], {}  # listed: {file: [(json, image id or entry)]}
+    parsed, listed = coco_entries(source, jsons, files)
+    for js, split, entries, annotations, categories in parsed:
+        given = split if split in SPLITS else ""
+        ids, per_image = coco_ids(out, js, entries, annotations, given)
+        for k, im, rel, image_id in entries:
+            coco_image(out, (js, given, categories, ids, per_image, listed), k, im, rel,
+                       image_id)
+    return out
+
+
+def coco_entries(source, jsons, files) -> tuple[list, dict]:
+    """Each COCO file's (json, split, entries, annotations, categories), an entry being
+    (k, image entry, file or None, id or ValueError), and where each file is listed:
+    {file: [(json, image id or entry)]}."""
+    parsed, listed = [], {}
     for js in sorted(jsons):
         split = PurePosixPath(js).stem.removeprefix("instances_")
         images, annotations, categories = load_coco(check_inside(source, source / js), js)
-        entries = []  # (k, entry, file or None, id or ValueError)
+        entries = []
         for k, im in enumerate(images):
             name = im.get("file_name")
             rel = find_image(name, split, files) if isinstance(name, str) and name else None
@@ -272,71 +286,79 @@ def read_coco(source, listing, jsons) -> Annotations:
                     (js, f"image id {image_id}" if isinstance(image_id, int) else
                      f"images[{k}]"))
         parsed.append((js, split, entries, annotations, categories))
-    for js, split, entries, annotations, categories in parsed:
-        given = split if split in SPLITS else ""
-        ids = {}
-        for _, im, _, image_id in entries:
-            if isinstance(image_id, int):
-                ids.setdefault(image_id, []).append(str(im.get("file_name")))
-        per_image = {i: [] for i in ids}
-        for ann in annotations:
-            try:
-                image_id = integer(ann.get("image_id"), "image_id")
-                known = image_id in per_image
-                why = f" refers to image id {image_id}, not in images"
-            except ValueError as exc:
-                known, why = False, f": {exc}"
-            if not known:
-                problem(out, f"{js}#annotation={ann.get('id')}", "coco_unknown_image",
-                        f"annotation {ann.get('id')}{why}", given)
-                continue
-            per_image[image_id].append(ann)
+    return parsed, listed
 
-        for k, im, rel, image_id in entries:
-            name = im.get("file_name")
-            if not isinstance(name, str) or not name:
-                problem(out, f"{js}#images[{k}]", "coco_bad_value",
-                        f"{js}, images[{k}]: file_name is {shown(name)}, not a file name",
-                        given)
-                continue
-            if isinstance(image_id, ValueError):
-                problem(out, rel or name, "coco_bad_value", f"{js}, images[{k}]: {image_id}",
-                        given)
-                continue
-            anns = sorted(per_image[image_id], key=annotation_order)
-            if rel is None:
-                problem(out, name, "missing", f"listed in {js} (image id {image_id}) with "
-                                              f"{len(anns)} annotations, but not found", given)
-                continue
-            if len(ids[image_id]) > 1:
-                problem(out, rel, "coco_duplicate_id",
-                        f"image id {image_id} is listed {len(ids[image_id])} times in {js} "
-                        f"({', '.join(ids[image_id])}): whose annotations are they? Give each "
-                        f"image its own id", given)
-                continue
-            if len(listed[rel]) > 1:
-                if {j for j, _ in listed[rel]} == {js}:
-                    where = (f"{len(listed[rel])} times in {js} (image ids "
-                             + ", ".join(i.removeprefix("image id ") for _, i in listed[rel])
-                             + ")")
-                else:
-                    where = f"{len(listed[rel])} times: " + ", ".join(
-                        f"{j} ({i})" for j, i in listed[rel])
-                problem(out, rel, "coco_duplicate_file",
-                        f"listed {where}: keep one entry per file", given)
-                continue
-            try:
-                w = positive(im.get("width"), "width")
-                h = positive(im.get("height"), "height")
-            except ValueError as exc:
-                problem(out, rel, "coco_bad_value", f"{js}, image id {image_id}: {exc}", given)
-                continue
-            canonical = dumps([{key: a[key] for key in sorted(a)} for a in anns]).encode()
-            out.values[rel].update(
-                boxes=dumps(coco_boxes(anns, categories, w, h)), split=given,
-                declared_size=size_text(w, h),
-                annotation_sha256=hashlib.sha256(canonical).hexdigest() if anns else "")
-    return out
+
+def coco_ids(out: Annotations, js: str, entries, annotations, given: str) -> tuple[dict, dict]:
+    """One COCO file's image ids ({id: [file_name]}) and its annotations per image id; an
+    annotation of an unknown image id is a row of its own."""
+    ids = {}
+    for _, im, _, image_id in entries:
+        if isinstance(image_id, int):
+            ids.setdefault(image_id, []).append(str(im.get("file_name")))
+    per_image = {i: [] for i in ids}
+    for ann in annotations:
+        try:
+            image_id = integer(ann.get("image_id"), "image_id")
+            known = image_id in per_image
+            why = f" refers to image id {image_id}, not in images"
+        except ValueError as exc:
+            known, why = False, f": {exc}"
+        if not known:
+            problem(out, f"{js}#annotation={ann.get('id')}", "coco_unknown_image",
+                    f"annotation {ann.get('id')}{why}", given)
+            continue
+        per_image[image_id].append(ann)
+    return ids, per_image
+
+
+def coco_image(out: Annotations, context, k, im, rel, image_id) -> None:
+    """One image entry of a COCO file: its row's boxes, split, declared size and hash, or the
+    first problem found. context: (json, split given, categories, ids, per_image, listed)."""
+    js, given, categories, ids, per_image, listed = context
+    name = im.get("file_name")
+    if not isinstance(name, str) or not name:
+        problem(out, f"{js}#images[{k}]", "coco_bad_value",
+                f"{js}, images[{k}]: file_name is {shown(name)}, not a file name",
+                given)
+        return
+    if isinstance(image_id, ValueError):
+        problem(out, rel or name, "coco_bad_value", f"{js}, images[{k}]: {image_id}",
+                given)
+        return
+    anns = sorted(per_image[image_id], key=annotation_order)
+    if rel is None:
+        problem(out, name, "missing", f"listed in {js} (image id {image_id}) with "
+                                      f"{len(anns)} annotations, but not found", given)
+        return
+    if len(ids[image_id]) > 1:
+        problem(out, rel, "coco_duplicate_id",
+                f"image id {image_id} is listed {len(ids[image_id])} times in {js} "
+                f"({', '.join(ids[image_id])}): whose annotations are they? Give each "
+                f"image its own id", given)
+        return
+    if len(listed[rel]) > 1:
+        if {j for j, _ in listed[rel]} == {js}:
+            where = (f"{len(listed[rel])} times in {js} (image ids "
+                     + ", ".join(i.removeprefix("image id ") for _, i in listed[rel])
+                     + ")")
+        else:
+            where = f"{len(listed[rel])} times: " + ", ".join(
+                f"{j} ({i})" for j, i in listed[rel])
+        problem(out, rel, "coco_duplicate_file",
+                f"listed {where}: keep one entry per file", given)
+        return
+    try:
+        w = positive(im.get("width"), "width")
+        h = positive(im.get("height"), "height")
+    except ValueError as exc:
+        problem(out, rel, "coco_bad_value", f"{js}, image id {image_id}: {exc}", given)
+        return
+    canonical = dumps([{key: a[key] for key in sorted(a)} for a in anns]).encode()
+    out.values[rel].update(
+        boxes=dumps(coco_boxes(anns, categories, w, h)), split=given,
+        declared_size=size_text(w, h),
+        annotation_sha256=hashlib.sha256(canonical).hexdigest() if anns else "")
 
 
 def read_annotations(source, listing) -> Annotations:
