@@ -20,13 +20,13 @@ from stages.lib.userfiles import read_yaml
 
 PARAMS_FILE = "params.yaml"
 DEFAULT_TASK = "classification"
-MAX_PIXELS = 50_000_000
+MAX_PIXELS = 50_000_000  # default of validate.max_pixels, which predict and serve follow too
 # the widest CTC prefix beam search predict and serve run (--beam K): its time grows about as
 # K squared per line (64: up to 0.4 s a line on 2 cores, 128: 1.3 s; 100000 ran for minutes)
 MAX_BEAM = 64
 # "no weights file": a git-tracked placeholder that train.init_from and evaluate.compare_with
 # name by default, because dvc.yaml lists those params as deps and DVC fails on an empty path
-NO_WEIGHTS = "weights/none"  # default of validate.max_pixels, which predict and serve follow too
+NO_WEIGHTS = "weights/none"
 
 
 def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None):
@@ -184,8 +184,6 @@ class Train:
     epochs: int = knob(15, at_least=1)
     batch_size: int = knob(32, at_least=1)
     lr: float = knob(0.003, above=0.0)
-    # precision is never called "off": YAML 1.1 (PyYAML) reads a bare off as false, and
-    # `dvc exp run -S` rewrites params.yaml without quotes
     optimizer: str = knob("adamw", choices=("adamw", "sgd"))
     weight_decay: float = knob(0.0001, at_least=0.0)
     warmup_epochs: int = knob(0, at_least=0)  # linear warm-up epochs before the cosine decay
@@ -195,6 +193,8 @@ class Train:
     # decay of an average of the weights (stages/lib/ema.py) that is validated and becomes
     # model.pt; 0 = off (the last weights)
     ema: float = knob(0.0, at_least=0.0, below=1.0)
+    # precision is never called "off": YAML 1.1 (PyYAML) reads a bare off as false, and
+    # `dvc exp run -S` rewrites params.yaml without quotes
     precision: str = knob("fp32", choices=("fp32", "bf16", "fp16"))  # fp32: mixed precision off
     seed: int = 0
     num_workers: int = knob(0, at_least=0)  # DataLoader worker processes; never changes results

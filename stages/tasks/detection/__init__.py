@@ -101,6 +101,9 @@ class Detection(Task):
         return row["boxes"]
 
     def check_columns(self, rows, ok, p):
+        """Extra columns of the per-file table validate checks (None where a check skips).
+        Also caches the box findings in self._found, which reason() reads for the why of each
+        box check."""
         sizes = [checks.size_matches(r) if g else None for r, g in zip(rows, ok, strict=True)]
         # a box normalised by a size the file does not have is judged by coco_size_mismatch
         # alone: its pixel sizes (box_too_small) would be wrong
