@@ -31,11 +31,11 @@ CLASSES = 10
 # chunk back) noted, then one JSON line: those times and its own peak RSS (VmHWM)
 STAGE = """
 import json, time
-import stages.lib.rayprep as rayprep
+import stages.prepare_ray as prepare_ray
 from stages.prepare import main
 
 marks, tic = {}, time.perf_counter()
-connect, imap = rayprep.RayEngine.__init__, rayprep.RayEngine.imap
+connect, imap = prepare_ray.RayPool.__init__, prepare_ray.RayPool.imap
 
 def timed_connect(self, *args):
     connect(self, *args)
@@ -46,7 +46,7 @@ def timed_imap(self, func, jobs):
         marks.setdefault("first", time.perf_counter() - tic)
         yield result
 
-rayprep.RayEngine.__init__, rayprep.RayEngine.imap = timed_connect, timed_imap
+prepare_ray.RayPool.__init__, prepare_ray.RayPool.imap = timed_connect, timed_imap
 main(args=[], standalone_mode=False)
 marks["wall"] = time.perf_counter() - tic
 hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM")][0]

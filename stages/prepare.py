@@ -14,27 +14,25 @@ A worker writes its shard's files to temp files; the parent, otherwise idle, fsy
 them while the worker decodes its next shard (the workers never wait on the disk), and writes
 meta.json only after every shard is in place.
 
-prepare.engine: ray decodes on a Ray cluster instead (prepare.ray_address; stages/lib/rayprep.py):
+The jobs the workers run are in stages/prepare_jobs.py (a module never run as __main__).
+prepare.engine: ray decodes on a Ray cluster instead (prepare.ray_address; stages/prepare_ray.py):
 its tasks run decode_rows, this process writes the same shards. workers, engine and ray_address
 never change the outs, so no stage lists them in dvc.yaml (stages/lib/params.py PREPARE_PLACEMENT).
 """
 import contextlib
-import functools
+import itertools
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import click
 
 from stages.lib.io import StageError, write_json
 from stages.lib.params import load, params_option
+from stages.prepare_jobs import OUT_DIR, header_job, source_arg, source_path, warm_up, write_shard
 
 SPLIT_DIR = Path("data/split")
-OUT_DIR = Path("data/processed")
 SPLITS = ("train", "val", "test")
-
-_WORKER = {}  # per process: the task's encoder and the prepare params, set by the first job
 
 
 def cpu_count() -> int:
@@ -52,47 +50,6 @@ def buckets(p) -> list[int]:
     return [*p.width_buckets, p.width] if p.width_buckets else []
 
 
-def init_worker(task_name, meta, source, image_size, channels, facts, norm, width_buckets=()):
-    """Set this process up for write_shard or decode_rows (once per distinct setup: jobs carry
-    it; nothing is read from the params file, which a Ray worker's machine may not have)."""
-    from stages.tasks import get
-
-    setup = (task_name, meta, source, image_size, channels, facts, norm, list(width_buckets))
-    if _WORKER.get("setup") == setup:
-        return
-    _WORKER.clear()
-
-    task = get(task_name)
-    _WORKER.update(encode=task.encoder({**meta, "source": source_path(source)}),
-                   dtype=task.target_dtype,
-                   source=source_tree(source), image_size=image_size, channels=channels,
-                   facts=facts, norm=norm, width_buckets=list(width_buckets),
-                   letterbox=bool(meta.get("letterbox")), sized=task.encoder_takes_size,
-                   setup=setup)
-
-
-@functools.lru_cache(maxsize=4)
-def source_tree(source):
-    """data.source as the decode opens files under it (`tree / path`): a folder, or with
-    prepare.ray_inputs: remote, a ("s3", url, endpoint, dir md5, path) tuple: the files on the DVC
-    remote (stages/lib/rayprep.py RemoteTree, fetched once per process)."""
-    if isinstance(source, tuple):
-        from stages.lib.rayprep import RemoteTree
-
-        return RemoteTree(*source[1:4])
-    return Path(source)
-
-
-def source_path(source) -> str:
-    """data.source's path as text (of a remote tuple: the path it has here)."""
-    return source[4] if isinstance(source, tuple) else str(source)
-
-
-def source_arg(source):
-    """data.source as the jobs carry it: a path's text, or the remote tuple (source_tree)."""
-    return source if isinstance(source, tuple) else str(source)
-
-
 def resolve_letterbox(p, task) -> bool:
     """prepare.letterbox: auto is the task's default (detection: on; the others: off)."""
     from stages.lib.params import AUTO
@@ -105,193 +62,100 @@ def resolve_letterbox(p, task) -> bool:
     return on
 
 
-def line_buckets(sizes, image_size, width_buckets):
-    """uint16 bucket width of each line from its header size (width, height): the smallest
-    bucket holding the line as fit scales it (fit pads the rest of the record with the pad
-    value, so the record cut at its bucket is exactly the line fitted to that width)."""
-    import numpy as np
-
-    from stages.lib.images import bucket_of, line_width
-
-    return np.array([bucket_of(line_width(size, image_size), width_buckets) for size in sizes],
-                    dtype=np.uint16)
-
-
-def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False, header_sizes=None, out=None, done=None):
-    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
-    (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
-    which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
-    facts: a list that gets each file's (shorter side, grey) from the header this decode opens
-    (prepare's hints, without a second pass over the files); header_sizes: a list that gets
-    each file's header size (OCR's width buckets). out: a uint8 array of at least len(rows)
-    images to decode into (every byte of its first len(rows) is written) instead of a new one:
-    a worker reuses one for all its shards, as fresh pages cost 8-10% of the decode.
-    done: called with i after the first i images are decoded (and encoded), each time."""
-    import numpy as np
-    from PIL import Image
-
-    from stages.lib.autoprep import grey_header
-    from stages.lib.images import input_hw, model_input, upright_size
-
-    shape = (len(rows), *input_hw(image_size), channels)
-    x = np.zeros(shape, dtype=np.uint8) if out is None else out[:len(rows)]
-    if x.shape != shape or x.dtype != np.uint8:
-        raise ValueError(f"out: {out.dtype} {out.shape}, not room for uint8 {shape}")
-    y = []
-    for i, r in enumerate(rows):
-        with Image.open(source / r["path"]) as img:  # what load_image does, header kept
-            if facts is not None:
-                facts.append((min(img.size), grey_header(img)))
-            if header_sizes is not None:
-                header_sizes.append(img.size)
-            size = upright_size(img)
-            x[i] = model_input(img, image_size, channels, letterbox)
-        y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
-        if done is not None:
-            done(i + 1)
-    return x, np.array(y, dtype=dtype)
-
-
-def write_shard(job) -> tuple:
-    """Decode one shard's rows and write its files: (samples, the shorter sides of its
-    images when it is a split whose sides count, how many are colour, the train pixels' value
-    counts when mean/std are auto, [(temp file, file)]). Nothing but these small facts goes
-    back to the parent, and the files' temp names: the parent fsyncs and renames them
-    (io.commit) while this worker decodes its next shard, instead of this worker waiting on
-    the disk."""
-    import numpy as np
-
-    from stages.lib.images import input_hw
-    from stages.lib.io import StreamedWrite
-    from stages.lib.shards import IMAGES, TARGETS, WIDTHS, NpyBuffer, save_npy, shard_name
-
-    setup, split, k, rows, sides_count = job
-    init_worker(*setup)
-    w = _WORKER
-    facts = [] if w["facts"] else None
-    sizes = [] if w["width_buckets"] else None
-    path = OUT_DIR / split / shard_name(IMAGES, k)
-    shape = (len(rows), *input_hw(w["image_size"]), w["channels"])
-    if w.get("out") is None or not w["out"].fits(shape, np.uint8):  # the first shard is the longest
-        w["out"] = NpyBuffer(shape, np.uint8)
-    buf = w["out"]
-    x = buf.array(shape, np.uint8)
-    per_image = x.nbytes // len(x)
-    # the images file goes to the disk as the decode fills it (io.StreamedWrite)
-    with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as images_file:
-        x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                             w["channels"], facts, w["letterbox"], w["sized"], sizes, x,
-                             done=lambda i: images_file.advance(buf.header_size + i * per_image))
-        written = [(images_file.finish(), str(path))]
-    files = [(TARGETS, y)]
-    if w["width_buckets"]:  # from the headers the decode opened, not a second open
-        files.append((WIDTHS, line_buckets(sizes, w["image_size"], w["width_buckets"])))
-    for kind, array in files:
-        path = OUT_DIR / split / shard_name(kind, k)
-        written.append((save_npy(path, array, pending=True), str(path)))
-    return (len(rows), *decode_facts(split, x, facts, sides_count), written)
-
-
-def decode_facts(split, x, facts, sides_count) -> tuple:
-    """What a decode of some rows brings back for the hints and auto mean/std: (their shorter
-    sides when sides_count, how many are colour, the train pixels' value counts when
-    mean/std are auto, else None)."""
-    counts = None
-    if _WORKER["norm"] and split == "train":
-        from stages.lib.autoprep import value_counts
-
-        counts = value_counts(x)
-    facts = facts or []
-    return ([side for side, _ in facts] if sides_count else [],
-            sum(not grey for _, grey in facts), counts)
-
-
-def decode_rows(job) -> tuple:
-    """engine ray's task (stages/lib/rayprep.py): decode some rows of one shard, in a Ray
-    worker, and bring back (uint8 images, targets, bucket widths or None, decode_facts) for
-    the driver to write into the shard. The same decode as write_shard's, nothing written."""
-    setup, split, rows, sides_count = job
-    init_worker(*setup)
-    w = _WORKER
-    facts = [] if w["facts"] else None
-    sizes = [] if w["width_buckets"] else None
-    x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"], sizes)
-    widths = line_buckets(sizes, w["image_size"], w["width_buckets"]) if sizes is not None else None
-    return x, y, widths, decode_facts(split, x, facts, sides_count)
-
-
-def header_job(job) -> tuple:
-    """(shorter sides, colour count) of some rows' headers (image_size/channels auto)."""
-    from stages.lib.autoprep import header_facts
-
-    source, rows = job
-    tree = source_tree(source)
-    facts = [header_facts(tree / r["path"]) for r in rows]
-    return [side for side, _ in facts], sum(not grey for _, grey in facts)
-
-
-def pool(workers: int):
-    """A process pool of `workers` (fork where there is one: the parent's imports and task
-    come along, nothing to re-import); None when one process does it all. Made before the
-    split tables are read, so the workers inherit none of them (a forked worker's resident
-    memory counts every page it shares with the parent): a fork-context executor forks every
-    worker at its first submit, so one is made here.
+class LocalPool:
+    """prepare.engine: local: `workers` processes (fork where there is one: the parent's
+    imports and task come along, nothing to re-import), or this process alone when workers is
+    1. Made before the split tables are read, so the workers inherit none of them (a forked
+    worker's resident memory counts every page it shares with the parent): a fork-context
+    executor forks every worker at its first submit, so one is made here. The same interface
+    as engine ray's RayPool (stages/prepare_ray.py): describe, imap, write_shards, shutdown.
 
     concurrent.futures, not multiprocessing.Pool: Pool.terminate() SIGTERMs workers that may
     hold its result queue's lock, and its task thread then waits on that lock forever (a
     full-disk case hung 7 runs in 200 under load: bench/prepare_full_disk.py). The executor
     never kills a healthy worker: on an error it cancels what has not started and waits for
     the few running jobs (see stopped)."""
-    if workers == 1:
-        return None
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
-    ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-    executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up)
-    executor.submit(int)  # forks the workers now, before the tables
-    return executor
+    def __init__(self, workers: int):
+        self.workers, self.executor = workers, None
+        if workers == 1:
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
+        self.executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up)
+        self.executor.submit(int)  # forks the workers now, before the tables
+
+    def describe(self) -> str:
+        return f"{self.workers} worker{'s' if self.workers > 1 else ''}"
+
+    def imap(self, func, jobs, ordered: bool = True):
+        """func over the jobs: in the workers (in order, or as they finish), or in this
+        process when there are none or one job alone."""
+        jobs = iter(jobs)
+        first = list(itertools.islice(jobs, 2))
+        jobs = itertools.chain(first, jobs)
+        if self.executor is None or len(first) <= 1:
+            return map(func, jobs)
+        if ordered:
+            return self.executor.map(func, jobs)
+        from concurrent.futures import as_completed
+
+        return (f.result() for f in as_completed([self.executor.submit(func, job)
+                                                  for job in jobs]))
+
+    def write_shards(self, splits, setup, size: int, channels: int, norm: bool) -> tuple:
+        """Every shard of every split, each decoded and written by a worker (setup: what a
+        worker sets itself up from, shard_setup), the parent committing the files. Returns
+        the facts its decodes saw: (train shorter sides, colour count), and the train pixels'
+        value counts when `norm` (None otherwise)."""
+        import numpy as np
+        from tqdm import tqdm
+
+        from stages.lib.io import commit
+
+        sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
+        shards = [(name, k, min(size, len(rows) - start)) for name, rows in splits.items()
+                  for k, start in enumerate(range(0, len(rows), size))]
+        # the short last shards at the end, so no worker is left with a long one while the
+        # others idle; the files do not depend on which process writes them or when
+        order = sorted(shards, key=lambda shard: -shard[2])
+        # each job holds its shard's rows (slices of the tables: references, not copies)
+        jobs = ((setup, name, k, splits[name][k * size:(k + 1) * size],
+                 sides_from in (None, name)) for name, k, _ in order)
+        total = sum(len(r) for r in splits.values())
+        bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
+        sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
+        # each job writes its own files; a failure raises here and stops the other workers
+        for n, job_sides, job_colour, job_counts, written in self.imap(write_shard, jobs,
+                                                                        ordered=False):
+            for tmp, path in written:
+                commit(tmp, path)
+            bar.update(n)
+            sides += job_sides
+            colour += job_colour
+            if job_counts is not None:
+                counts += job_counts
+        bar.close()
+        return (sides, colour), (counts if norm else None)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 @contextlib.contextmanager
-def stopped(executor):
-    """executor, shut down on leaving: on an error, what has not started is cancelled and the
-    running jobs finish (so no worker writes a temp file after the parent's clean-up)."""
-    if executor is None:
-        yield None
-        return
+def stopped(workers_pool):
+    """workers_pool (LocalPool or RayPool), shut down on leaving: on an error, what has not
+    started is cancelled and the running jobs finish (so no worker writes a temp file after
+    the parent's clean-up)."""
     try:
-        yield executor
+        yield workers_pool
     except BaseException:
-        executor.shutdown(wait=True, cancel_futures=True)
+        workers_pool.shutdown(wait=True, cancel_futures=True)
         raise
-    executor.shutdown(wait=True)
-
-
-def warm_up():
-    """A worker's imports, made as it starts (alongside the parent's reading of the tables)."""
-    import numpy  # noqa: F401
-    import PIL.Image  # noqa: F401
-
-    import stages.lib.autoprep  # noqa: F401
-    import stages.lib.images  # noqa: F401
-    import stages.lib.shards  # noqa: F401
-
-
-def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
-    """func over the jobs: in the pool (in order, or as they finish), or in this process when
-    there is none or `count` <= 1; engine ray: every job in the cluster, in order."""
-    if hasattr(workers_pool, "imap"):  # stages/lib/rayprep.py's RayEngine
-        return workers_pool.imap(func, jobs)
-    if workers_pool is None or count <= 1:
-        return map(func, jobs)
-    if ordered:
-        return workers_pool.map(func, jobs)
-    from concurrent.futures import as_completed
-
-    return (f.result() for f in as_completed([workers_pool.submit(func, job) for job in jobs]))
+    workers_pool.shutdown(wait=True)
 
 
 def read_headers(splits, source, workers_pool) -> tuple:
@@ -300,57 +164,18 @@ def read_headers(splits, source, workers_pool) -> tuple:
     parts = [rows for rows in splits.values() if len(rows)]
     train = [splits["train"]] if len(splits.get("train", ())) else parts
     n_train = sum((len(rows) + chunk - 1) // chunk for rows in train)
-    n_every = sum((len(rows) + chunk - 1) // chunk for rows in parts)
     # both passes in one map: train's sides, then every file's colour
     jobs = ((source_arg(source), rows[i:i + chunk]) for group in (train, parts) for rows in group
             for i in range(0, len(rows), chunk))
-    results = list(run_jobs(workers_pool, header_job, jobs, n_train + n_every, ordered=True))
+    results = list(workers_pool.imap(header_job, jobs))
     sides = [s for r in results[:n_train] for s in r[0]]
     return sides, sum(r[1] for r in results[n_train:])
 
 
 def shard_setup(task_name, meta, source, p, image_size, channels, facts, norm) -> tuple:
-    """What a worker sets itself up from (init_worker's arguments)."""
+    """What a worker sets itself up from (prepare_jobs.init_worker's arguments)."""
     return (task_name, meta, source_arg(source), input_size(p, image_size), channels, facts,
             norm, buckets(p))
-
-
-def write_shards(splits, task_name, meta, source, p, workers_pool, image_size: int,
-                 channels: int, facts: bool, norm: bool) -> tuple:
-    """Every shard of every split, in the pool's processes (None: in this process). Returns
-    the facts its decodes saw: (train shorter sides, colour count) when `facts`, and the train
-    pixels' value counts when `norm` (None otherwise)."""
-    import numpy as np
-    from tqdm import tqdm
-
-    from stages.lib.io import commit
-
-    sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
-    size = p.shard_size
-    shards = [(name, k, min(size, len(rows) - start)) for name, rows in splits.items()
-              for k, start in enumerate(range(0, len(rows), size))]
-    # the short last shards at the end, so no worker is left with a long one while the
-    # others idle; the files do not depend on which process writes them or when
-    order = sorted(shards, key=lambda shard: -shard[2])
-    setup = shard_setup(task_name, meta, source, p, image_size, channels, facts, norm)
-    # each job holds its shard's rows (slices of the tables: references, not copies)
-    jobs = ((setup, name, k, splits[name][k * size:(k + 1) * size], sides_from in (None, name))
-            for name, k, _ in order)
-    total = sum(len(r) for r in splits.values())
-    bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
-    sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
-    # each job writes its own files; a failure raises here and stops the other workers
-    for n, job_sides, job_colour, job_counts, written in run_jobs(
-            workers_pool, write_shard, jobs, len(order), ordered=False):
-        for tmp, path in written:
-            commit(tmp, path)
-        bar.update(n)
-        sides += job_sides
-        colour += job_colour
-        if job_counts is not None:
-            counts += job_counts
-    bar.close()
-    return (sides, colour), (counts if norm else None)
 
 
 @click.command()
@@ -374,16 +199,16 @@ def main(params_path):
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
     if p.engine == "ray":  # the tasks read data.source where they run: at its absolute path
-        from stages.lib.rayprep import RayEngine, remote_spec
+        from stages.lib.dvcremote import remote_spec
+        from stages.prepare_ray import RayPool
 
         source = remote_spec(source) if p.ray_inputs == "remote" else source.resolve()
-        workers_pool = RayEngine(p.ray_address, workers, source, sys.modules[__name__])
-        how = workers_pool.describe()
+        workers_pool = RayPool(p.ray_address, workers, source)
     else:
         # the pool first: its workers inherit this process as it is now, without the
         # tables, and import what they decode with while this one reads the tables
-        workers_pool = pool(workers)
-        how = f"{workers} worker{'s' if workers > 1 else ''}"
+        workers_pool = LocalPool(workers)
+    how = workers_pool.describe()
     try:
         with stopped(workers_pool):
             splits = {name: read_rows(SPLIT_DIR / f"{name}.csv") for name in SPLITS}
@@ -420,14 +245,9 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     # the workers decode, write, and bring back the facts for the hints and auto mean/std:
     # the parent reads no file of the dataset (Amdahl: all that work on every core)
     norm = p.mean == AUTO
-    if hasattr(workers_pool, "write_shards"):  # engine ray: decoded there, written here
-        setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
-        (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size,
-                                                            channels, norm)
-    else:
-        (sides, colour), counts = write_shards(splits, task.name, meta, source, p,
-                                               workers_pool, image_size, channels,
-                                               facts=not first, norm=norm)
+    setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
+    (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size, channels,
+                                                        norm)
     if not first:
         for text in choose_shape(p, sides, colour, every)[2]:
             click.echo(text)

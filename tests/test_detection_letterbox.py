@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from stages.lib.images import LETTERBOX, LETTERBOX_FILL, letterbox_geometry
-from stages.prepare import prepare_split
+from stages.prepare_jobs import prepare_split
 from stages.tasks.detection import TASK
 from stages.tasks.detection.boxes import to_original
 

@@ -1,12 +1,14 @@
 """The house's floors (ARCHITECTURE.md): every import under stages/, tools/ and bench/, read with
-ast (function-level imports included), points down or sideways, never up, and no modules import
-each other in a cycle.
+ast (function-level imports included, and a module named as text to importlib.import_module or
+__import__), points down or sideways, never up, and no modules, nor floors, import each other in
+a cycle.
 
 Floors, from the ground up: stages/lib; stages/report (the report's helpers); stages/tasks (a
 task's report sections use those helpers); the stage modules (stages/<stage>.py and
 `python -m stages.report`); tools/; bench/.
 """
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -43,13 +45,37 @@ def floor(module: str) -> str:
     return "stage"  # stages/<stage>.py, the stages package itself and `python -m stages.report`
 
 
+STRING_IMPORTS = ("import_module", "__import__")  # importlib.import_module, __import__
+
+
+def named_module(node) -> str | None:
+    """The module a call imports by name as text (`importlib.import_module("a.b")`,
+    `import_module(...)`, `__import__("a.b")`), else None. Of an f-string, its leading text
+    up to the last dot (f"stages.tasks.{name}": stages.tasks); a relative name is left out."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called not in STRING_IMPORTS or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        text = arg.value
+    elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        text = str(arg.values[0].value).rpartition(".")[0]
+    else:
+        return None
+    return text if text and not text.startswith(".") else None
+
+
 def imports(name: str, path: Path, known) -> list[tuple[str, int]]:
     """(imported project module, line) of every import in the file, wherever it stands: `from
-    a.b import c` is module a.b.c when that is a module, else a.b."""
+    a.b import c` is module a.b.c when that is a module, else a.b; a module named as text to
+    importlib.import_module or __import__ is imported too (named_module)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call):
+            targets = [named_module(node)] if named_module(node) else []
+        elif isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -68,26 +94,33 @@ def imports(name: str, path: Path, known) -> list[tuple[str, int]]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def graph() -> dict[str, list[tuple[str, int]]]:
     known = modules()
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
+ALLOWED = {  # what each floor may import besides itself
+    "lib": set(),
+    "report": {"lib"},
+    "tasks": {"lib", "report"},
+    "stage": {"lib", "report", "tasks"},
+    "tools": {"lib", "report", "tasks", "stage"},
+    "bench": {"lib", "report", "tasks", "stage", "tools"},
+}
+
+
+def upward(edges_of: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """Every import of a module of a floor above the importer's, as a line of text."""
+    return sorted(f"{name} (line {line}, a {floor(name)} module) imports {target} "
+                  f"({floor(target)})"
+                  for name, edges in edges_of.items() for target, line in edges
+                  if floor(target) != floor(name) and floor(target) not in ALLOWED[floor(name)])
+
+
 def test_no_module_imports_a_floor_above_its_own():
-    allowed = {  # what each floor may import besides itself
-        "lib": set(),
-        "report": {"lib"},
-        "tasks": {"lib", "report"},
-        "stage": {"lib", "report", "tasks"},
-        "tools": {"lib", "report", "tasks", "stage"},
-        "bench": {"lib", "report", "tasks", "stage", "tools"},
-    }
-    upward = sorted(f"{name} (line {line}, a {floor(name)} module) imports {target} "
-                    f"({floor(target)})"
-                    for name, edges in graph().items() for target, line in edges
-                    if floor(target) != floor(name)
-                    and floor(target) not in allowed[floor(name)])
-    assert not upward, "imports pointing up a floor:\n" + "\n".join(upward)
+    found = upward(graph())
+    assert not found, "imports pointing up a floor:\n" + "\n".join(found)
 
 
 def find_cycle(edges: dict[str, list[str]]) -> list[str]:
@@ -119,6 +152,16 @@ def test_no_import_cycle_among_the_modules():
     assert not cycle, "import cycle: " + " -> ".join(cycle)
 
 
+def test_no_import_cycle_among_the_floors():
+    """Floor to floor, whatever the modules: no floor reaches back to one that reaches it."""
+    edges = {}
+    for name, targets in graph().items():
+        edges.setdefault(floor(name), []).extend(floor(t) for t, _ in targets
+                                                 if floor(t) != floor(name))
+    cycle = find_cycle(edges)
+    assert not cycle, "floors import each other: " + " -> ".join(cycle)
+
+
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     """The graph is only as good as its reading of imports: a function-level import, a
     `from pkg import module` and a relative one are all edges, and a cycle is found."""
@@ -136,6 +179,34 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     assert find_cycle({"x": ["y"], "y": ["z"], "z": ["x"], "w": ["x"]}) == ["x", "y", "z", "x"]
     assert find_cycle({"x": ["y"], "y": ["z"], "w": ["x", "z"]}) == []
     assert floor("stages.report.__main__") == "stage" and floor("stages.report.html") == "report"
+
+
+def test_the_checker_sees_a_module_imported_by_name_as_text(tmp_path):
+    """A module named as text to importlib.import_module or __import__ is an edge like any
+    import (stages/lib/rayprep.py once ran importlib.import_module("stages.prepare"), which
+    the ast-only reading missed): a lib module doing so is caught going up a floor."""
+    source = tmp_path / "c.py"
+    source.write_text("import importlib\n"
+                      "from importlib import import_module\n"
+                      "def f(name):\n"
+                      "    importlib.import_module('stages.prepare')\n"
+                      "    import_module('stages.tasks.ocr')\n"
+                      "    __import__('tools.predict', fromlist=['main'])\n"
+                      "    importlib.import_module(f'stages.tasks.{name}')\n"
+                      "    importlib.import_module(name)\n"
+                      "    import_module('.sibling', package='stages.lib')\n"
+                      "    __import__('os')\n")
+    known = {"stages", "stages.lib", "stages.lib.c", "stages.prepare", "stages.tasks",
+             "tools", "tools.predict"}
+    edges = imports("stages.lib.c", source, known)
+    assert edges == [("stages.prepare", 4), ("stages.tasks", 5), ("tools.predict", 6),
+                     ("stages.tasks", 7)]
+    assert upward({"stages.lib.c": edges}) == [
+        "stages.lib.c (line 4, a lib module) imports stages.prepare (stage)",
+        "stages.lib.c (line 5, a lib module) imports stages.tasks (tasks)",
+        "stages.lib.c (line 6, a lib module) imports tools.predict (tools)",
+        "stages.lib.c (line 7, a lib module) imports stages.tasks (tasks)"]
+    assert upward({"stages.prepare": edges[:2]}) == []  # a stage may import a task
 
 
 @pytest.mark.parametrize("path, name", [("stages/train.py", "main"), ("stages/train.py", "fit"),

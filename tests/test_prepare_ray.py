@@ -130,7 +130,7 @@ def test_the_driver_gives_back_the_store_pages_it_read(cluster, monkeypatch):
     import numpy as np
 
     from stages.lib import raycluster
-    from stages.lib.rayprep import StorePages
+    from stages.lib.raycluster import StorePages
 
     for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
         monkeypatch.setenv(name, "0")  # connect sets them: put back after this test

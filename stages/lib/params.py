@@ -111,7 +111,7 @@ class Prepare:
     shard_size: int = knob(1024, at_least=1)  # samples per shard file; memory is per shard
     workers: int = knob(0, at_least=0)  # decoding processes; 0 = all cores
     # where the decoding runs: local = prepare.workers processes here; ray = the tasks of a Ray
-    # cluster (stages/lib/rayprep.py), this process writing the shards. Same outs either way.
+    # cluster (stages/prepare_ray.py), this process writing the shards. Same outs either way.
     engine: str = knob("local", choices=("local", "ray"))
     # engine ray: the cluster's address (HOST:6379, or ray://HOST:10001); "" = a cluster on
     # this machine alone, started for the run (prepare.workers CPUs)

@@ -12,7 +12,8 @@ Layout of data/processed/ (written by prepare, read by train, evaluate and expor
 
 Shard k holds samples [k * shard_size, (k + 1) * shard_size) of the split, in split order, so a
 sample's shard is index // shard_size. Every file is a pure function of its rows, the params and
-the code: the bytes are the same whatever the number of workers that wrote them.
+the code: the bytes are the same whatever the number of workers that wrote them, or the engine
+(prepare's local workers and its Ray driver write them with the same ShardWriter).
 
 Readers never hold a split in memory: `load_split` gives views that read the samples a batch
 asks for with positioned reads from the shard files (the .npy header gives the offset), and the
@@ -74,7 +75,7 @@ def save_npy(path: Path, array, pending: bool = False):
 class NpyBuffer:
     """A .npy file's bytes in one page-aligned buffer, the header in front of the array: an
     array decoded into it is already the file, which io.StreamedWrite sends to the disk as it
-    fills (O_DIRECT from this memory, no copy). One is reused for every shard a prepare worker
+    fills (O_DIRECT from this memory, no copy). A ShardWriter reuses one for every shard it
     writes (fresh pages would cost 8-10% of the decode); made for the largest shape."""
 
     def __init__(self, shape, dtype):
@@ -102,6 +103,60 @@ class NpyBuffer:
 
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape)) * np.dtype(dtype).itemsize
+
+
+class ShardWriter:
+    """prepare's shard files under root, one shard at a time, for a local worker (which
+    decodes each shard itself) and for the Ray driver (which copies in the chunks the cluster
+    decoded): the images go straight into one NpyBuffer, reused for every shard (made for the
+    first shape, and again for a larger one), and to the disk as it fills (io.StreamedWrite);
+    the targets and widths follow (save_npy). Every file is left as a temp file: its (temp
+    file, path) comes back for io.commit."""
+
+    def __init__(self, root):
+        self.root, self.buf = Path(root), None
+
+    @contextlib.contextmanager
+    def images(self, split: str, k: int, shape):
+        """Shard k's uint8 images file of `shape` (N x H x W x C): yields an ImagesFile to
+        fill (its x), telling it as it goes (filled); written on leaving (ImagesFile.written).
+        An error inside removes the temp file."""
+        from stages.lib.io import StreamedWrite
+
+        if self.buf is None or not self.buf.fits(shape, np.uint8):
+            self.buf = NpyBuffer(shape, np.uint8)
+        buf = self.buf
+        x = buf.array(shape, np.uint8)
+        path = self.root / split / shard_name(IMAGES, k)
+        with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as stream:
+            shard = ImagesFile(x, stream, buf.header_size)
+            yield shard
+            shard.written = [(stream.finish(), str(path))]
+
+    def targets(self, split: str, k: int, targets, widths=None) -> list:
+        """Shard k's targets file, and its widths file unless widths is None: [(temp file,
+        path)]."""
+        files = [(TARGETS, targets)]
+        if widths is not None:
+            files.append((WIDTHS, widths))
+        written = []
+        for kind, array in files:
+            path = self.root / split / shard_name(kind, k)
+            written.append((save_npy(path, array, pending=True), str(path)))
+        return written
+
+
+class ImagesFile:
+    """One shard's images as ShardWriter.images writes them: x, the array to fill; filled(i):
+    the first i images are final (their bytes go to the disk while the rest is filled)."""
+
+    def __init__(self, x: np.ndarray, stream, header_size: int):
+        self.x, self.stream, self.header_size = x, stream, header_size
+        self.per_image = x.nbytes // len(x)
+        self.written = []
+
+    def filled(self, i: int) -> None:
+        self.stream.advance(self.header_size + i * self.per_image)
 
 
 def write_split(root, split: str, images, targets, shard_size: int) -> int:
