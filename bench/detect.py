@@ -102,7 +102,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
 
     import onnxruntime as ort
 
-    from stages.export import onnx_bytes
+    from stages.lib.formats import onnx_bytes
 
     model = run["model"].eval()
     blob = onnx_bytes(model, {**meta, "image_size": 160, "mean": [0.5] * 3, "std": [0.25] * 3},

@@ -8,7 +8,7 @@ As bench/train.py, the loops take turns step by step (each stage step is timed n
 one on the same samples, so the machine's drifting speed hits both alike); the first epoch is
 warm-up. Target: stage / bare >= 0.95.
 
-Predict: the same untrained CRNN exported to ONNX (stages.export.onnx_bytes), then batches of
+Predict: the same untrained CRNN exported to ONNX (stages.lib.formats.onnx_bytes), then batches of
 lines through onnxruntime and through PyTorch eager (no grad), alternating, plus the shared
 greedy decoding; prints lines/s of each and the ratio onnxruntime / PyTorch.
 
@@ -75,7 +75,7 @@ def main(epochs, samples, threads, predict_rounds):
 
     import onnxruntime as ort
 
-    from stages.export import onnx_bytes
+    from stages.lib.formats import onnx_bytes
     from stages.tasks.ocr.ctc import greedy
 
     model = run["model"].eval()

@@ -6,16 +6,14 @@ the headline goes to metrics/eval.json (what `dvc exp show` and `dvc metrics dif
 files that explain it (classification: per-class scores, confusion matrix, bad cases) to
 plots/eval/.
 """
-import shutil
 from pathlib import Path
 
 import click
 
-from stages.lib.io import StageError, read_csv, write_bytes, write_json
+from stages.lib.io import StageError, write_folder, write_json
 from stages.lib.params import load, params_option
 
 MODEL = Path("models/model.pt")
-TEST_SPLIT = Path("data/split/test.csv")
 METRICS = Path("metrics/eval.json")
 DETAILS = Path("plots/eval")
 
@@ -37,27 +35,23 @@ def main(params_path):
     from stages.lib.kernels import use_trained
 
     kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
-    from stages.lib.models import no_weights, predict_bucketed, predict_logits
+    from stages.lib.models import no_weights, predict_bucketed, predict_outputs
     from stages.lib.provenance import run_record, write_run_record
-    from stages.lib.shards import View, images_view, load_split, load_widths
+    from stages.lib.shards import View, images_view, load_test, load_widths
 
     from stages.lib.cores import stage_threads
 
     stage_threads(not kernels["threads_fixed"])  # a queue's share, unless train.threads
     model, meta = load_model(MODEL)
-    x, y, _ = load_split("test")
-    paths = [r["path"] for r in read_csv(TEST_SPLIT)]
-    if len(paths) != len(y) or not len(y):
-        raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
-                         f"{len(y)} test images: run `dvc repro` to rebuild them.")
+    x, y, paths = load_test()
     y = y[:]  # the targets (small: one per image); the pixels stay in the memory-mapped shards
     widths = load_widths("test")  # prepare.width_buckets: each line at its bucket width
 
-    def logits(m, x=x):
-        return (predict_logits(m, x, p.batch_size) if widths is None  # normalised per batch
+    def outputs_of(m, x=x):
+        return (predict_outputs(m, x, p.batch_size) if widths is None  # normalised per batch
                 else predict_bucketed(m, x, widths, task, p.batch_size))
 
-    outputs = logits(model)
+    outputs = outputs_of(model)
     images = images_view("test")  # uint8, what the model saw
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
@@ -71,7 +65,7 @@ def main(params_path):
         # the same pixels, normalised as that model was trained (prepare.mean/std: auto moves
         # a little when images are added)
         old_x = View(x.split, x.kind, old_meta["mean"], old_meta["std"])
-        old_metrics = task.evaluate(logits(old, old_x), y, paths, images, old_meta, p)[0]
+        old_metrics = task.evaluate(outputs_of(old, old_x), y, paths, images, old_meta, p)[0]
         metrics = {**metrics, "compare_with": {"model": p.compare_with, **old_metrics}}
         summary += f"; {p.compare_with} on the same test set: see compare_with in {METRICS}"
     if widths is not None:  # how many test lines ran at each width
@@ -81,12 +75,7 @@ def main(params_path):
                     f"{', '.join(f'{w}: {n}' for w, n in metrics['width_buckets'].items())} "
                     f"lines)")
     write_json(METRICS, metrics)
-    tmp = DETAILS.with_name(DETAILS.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    for name, data in sorted(files.items()):
-        write_bytes(tmp / name, data)
-    shutil.rmtree(DETAILS, ignore_errors=True)
-    tmp.rename(DETAILS)  # the folder appears whole: no file of an earlier run stays beside it
+    write_folder(DETAILS, files)  # the folder appears whole: no file of an earlier run beside it
     write_run_record("evaluate", {**run_record("evaluate", p), "metrics": metrics})
     click.echo(f"evaluate: {summary}")
 

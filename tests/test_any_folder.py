@@ -23,7 +23,7 @@ from tools.project import copy_project, dvc, git, lock_hashes
 ALL_STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
               "report"]
 
-# Exports a seeded small_cnn through stages.export, once as the stage does and once with the
+# Exports a seeded small_cnn through stages.lib.formats, once as the stage does and once with the
 # stripping switched off (torch.onnx.export's own bytes), and its TorchScript with and without
 # the debug records. The ONNX model is behind export's test hook, whose module is defined in
 # stages/export.py, so that the project's own frames get into the stack traces too.
@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 import stages.export as export
+from stages.lib import formats, onnx_clean
 from stages.lib.hooks import env_name
 from stages.tasks import default_task
 from stages.tasks.classification.model import build_model
@@ -46,12 +47,12 @@ torch.manual_seed(0)
 model = build_model("small_cnn", 10, 1).eval()
 os.environ[env_name("EXPORT_MEAN_SHIFT")] = "0.5"
 hooked = export.with_test_hook(model)
-(out / "model.onnx").write_bytes(export.onnx_bytes(hooked, meta, task))
-(out / "torchscript.pt").write_bytes(export.torchscript_bytes(model, meta, task))
-export.strip_source_paths = lambda proto: None  # as torch writes them
-export.strip_torchscript_debug = lambda blob: blob
-(out / "raw-model.onnx").write_bytes(export.onnx_bytes(hooked, meta, task))
-(out / "raw-torchscript.pt").write_bytes(export.torchscript_bytes(model, meta, task))
+(out / "model.onnx").write_bytes(formats.onnx_bytes(hooked, meta, task))
+(out / "torchscript.pt").write_bytes(formats.torchscript_bytes(model, meta, task))
+onnx_clean.strip_source_paths = lambda proto: None  # as torch writes them
+onnx_clean.strip_torchscript_debug = lambda blob: blob
+(out / "raw-model.onnx").write_bytes(formats.onnx_bytes(hooked, meta, task))
+(out / "raw-torchscript.pt").write_bytes(formats.torchscript_bytes(model, meta, task))
 print(json.dumps({"torch": torch.__file__, "stages": export.__file__}))
 """
 
@@ -131,7 +132,7 @@ def test_export_is_the_same_from_another_venv_and_project_path(tmp_path):
     assert info_here["stages"] == str(ROOT / "stages/export.py")
     assert info_there["stages"] == str(project / "stages/export.py")
     # Without stripping torch.onnx.export writes those paths, so the bytes differ: the real
-    # problem. (If these fail, the switch-off in EXPORT no longer reaches onnx_bytes.)
+    # problem. (If these fail, the switch-off in EXPORT no longer reaches formats.onnx_bytes.)
     for name in ("raw-model.onnx", "raw-torchscript.pt"):
         assert here[name] != there[name], name
         assert b"site-packages" in readable(here[name]), name

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.export import parity_gate
 from stages.lib.hooks import env_name
+from stages.lib.parity import parity_gate
 from stages.tasks import default_task
 from tests.conftest import ROOT, run_stage
 from tests.fake_model_project import CLASSES, make_fake_project, read_rows
@@ -57,12 +57,12 @@ def consume(onnx_path, images) -> dict:
 def torch_top1(model_path, images) -> list[str]:
     """PyTorch's top-1 through the project's own preprocessing (stages.lib.images)."""
     from stages.lib.images import load_image, normalize
-    from stages.lib.models import predict_logits
+    from stages.lib.models import predict_outputs
     from stages.tasks import load_model
 
     model, meta = load_model(model_path)
     raw = np.stack([load_image(p, meta["image_size"], meta["channels"]) for p in images])
-    logits = predict_logits(model, normalize(raw, meta["mean"], meta["std"]))
+    logits = predict_outputs(model, normalize(raw, meta["mean"], meta["std"]))
     return [meta["classes"][i] for i in logits.argmax(1)]
 
 

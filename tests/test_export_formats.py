@@ -166,7 +166,7 @@ def test_default_formats_leave_the_outs_as_they_were():
     none of their keys, and the format knobs stay out of model.onnx's params hash."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert params["export"]["formats"] == ["onnx"]
-    from stages.export import FORMAT_KEYS
+    from stages.lib.provenance import FORMAT_KEYS
     from stages.lib.params import Export
 
     assert set(FORMAT_KEYS) == {"formats", "max_metric_drop", "calibration_samples"}

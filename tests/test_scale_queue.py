@@ -36,7 +36,7 @@ def test_export_passes_the_share_to_onnxruntime():
     import numpy as np
     import torch
 
-    from stages.export import onnx_logits
+    from stages.lib.formats import onnx_runner, outputs
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     x = np.random.default_rng(0).standard_normal((5, 3, 2, 2)).astype(np.float32)
@@ -46,6 +46,7 @@ def test_export_passes_the_share_to_onnxruntime():
     torch.onnx.export(model, torch.from_numpy(x[:1]), buf, input_names=["input"],
                       dynamic_axes={"input": {0: "n"}}, dynamo=False)
     blob = buf.getvalue()
-    assert np.allclose(onnx_logits(blob, x, 2, threads=1), onnx_logits(blob, x, 2), atol=1e-6)
-    assert np.allclose(onnx_logits(blob, x, 2, threads=1),
+    one = outputs(onnx_runner(blob, threads=1), x, 2)
+    assert np.allclose(one, outputs(onnx_runner(blob), x, 2), atol=1e-6)
+    assert np.allclose(one,
                        model(torch.from_numpy(x)).detach().numpy(), atol=1e-5)

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from stages.export import compare, onnx_bytes, onnx_logits
+from stages.lib.formats import onnx_bytes, onnx_runner, outputs
 from stages.lib.models import save_model
+from stages.lib.parity import compare
 from stages.tasks import load_model
 from stages.lib.params import Train
 from stages.tasks.classification.metrics import headline_metrics
@@ -79,10 +80,11 @@ def test_onnx_export_agrees_and_parity_catches_a_different_model():
     assert meta["classes"] == '["a", "b"]'
     x = toy_data(70)[0].numpy()  # 70 > the batch of 64: the batch axis is dynamic
     reference = model(torch.from_numpy(x)).detach().numpy()
-    assert compare(reference, onnx_logits(blob, x, 64), 1e-4, 0,
+    assert compare(reference, outputs(onnx_runner(blob), x, 64), 1e-4, 0,
                    TASK)["abs"].max() < 1e-4
     torch.manual_seed(1)
     other = build_model("small_cnn", 2, 1).eval()
-    diff_other = compare(other(torch.from_numpy(x)).detach().numpy(), onnx_logits(blob, x, 64),
+    diff_other = compare(other(torch.from_numpy(x)).detach().numpy(),
+                         outputs(onnx_runner(blob), x, 64),
                          1e-4, 0, TASK)["abs"]
     assert diff_other.max() > 1e-3

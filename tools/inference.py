@@ -252,16 +252,14 @@ class Model:
 def load_onnx(path, threads: int = 0) -> Model:
     import onnxruntime as ort
 
+    from stages.lib.formats import batched, onnx_session
+
     path = Path(path)
     if not path.is_file():
         raise StageError(f"{path} not found: run the export stage first (`dvc repro export`) "
                          f"or pass --model.")
-    opts = ort.SessionOptions()
-    if threads:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
     try:
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        session = onnx_session(path, threads)  # the export stage's session, on CPU
     except Exception as exc:
         raise StageError(f"{path}: onnxruntime cannot load it: {exc}") from None
     props = session.get_modelmeta().custom_metadata_map
@@ -269,8 +267,6 @@ def load_onnx(path, threads: int = 0) -> Model:
     model_meta = session.get_modelmeta()
     info = {"producer": model_meta.producer_name, "graph": model_meta.graph_name,
             "onnxruntime": ort.__version__}
-    from stages.lib.formats import batched
-
     run = batched(session)  # a fixed-batch graph (torchvision's detectors) image by image
 
     weights = json.loads(props["model_sha256"]) if "model_sha256" in props else ""

@@ -1,8 +1,10 @@
-"""The model formats the export stage writes besides models/model.onnx, and how each one runs.
+"""The model formats the export stage writes, how each is made, and how each one runs.
 
-Every format is converted from the ONNX bytes the export stage just proved against PyTorch, so a
-format never sees the PyTorch model, and each runs through one function: `runner(format, files)`
-gives `run(float32 NxCxHxW) -> first output`, the same contract as onnxruntime's session.
+`onnx_bytes` and `torchscript_bytes` export the PyTorch model (models/model.onnx,
+models/torchscript/model.pt). Every other format is converted from the ONNX bytes the export
+stage just proved against PyTorch, so it never sees the PyTorch model, and each runs through one
+function: `runner(format, files)` gives `run(float32 NxCxHxW) -> first output`, the same contract
+as onnxruntime's session (`onnx_session` builds that session for the stage and the tools alike).
 
 - `openvino`: `ov.convert_model` on the ONNX file, saved as IR (model.xml + model.bin) with
   `compress_to_fp16=False`. The IR asks for f32 inference in its own rt_info
@@ -21,16 +23,28 @@ import json
 from pathlib import Path
 
 FORMATS = ("onnx", "openvino", "onnx_int8", "tensorrt")
-# Each extra format's DVC out: a folder, empty when the format is not selected (DVC needs every
-# declared out to exist after the stage; models/torchscript/ does the same).
-FOLDERS = {"openvino": Path("models/openvino"), "onnx_int8": Path("models/int8"),
-           "tensorrt": Path("models/tensorrt")}
-FILES = {"openvino": ("model.xml", "model.bin"), "onnx_int8": ("model.int8.onnx",),
-         "tensorrt": ("model.engine",)}
+# Each format's DVC out besides model.onnx: a folder, holding only NOTE when the format is not
+# selected (DVC needs every declared out to exist after the stage, and warns on an empty one).
+FOLDERS = {"torchscript": Path("models/torchscript"), "openvino": Path("models/openvino"),
+           "onnx_int8": Path("models/int8"), "tensorrt": Path("models/tensorrt")}
+FILES = {"torchscript": ("model.pt",), "openvino": ("model.xml", "model.bin"),
+         "onnx_int8": ("model.int8.onnx",), "tensorrt": ("model.engine",)}
+NOTE = "DISABLED.txt"  # what an unselected format's folder holds
 NAMES = {"onnx": "ONNX (onnxruntime)", "openvino": "OpenVINO", "onnx_int8": "ONNX int8",
          "tensorrt": "TensorRT"}
 NO_CUDA = "skipped: no CUDA device"
 CALIBRATION_STREAM = 1  # the calibration sample's rng: default_rng([train.seed, this])
+PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
+TRACED_OPSET = 17  # a model exported by tracing (Task.export_batch): RoIAlign needs >= 16
+
+
+def disabled_note(fmt: str) -> bytes:
+    """NOTE's text in the folder of a format that was not exported."""
+    if fmt == "torchscript":  # export.torchscript, not export.formats, selects it
+        return (b"export.torchscript is false, so no TorchScript model is exported; set it to "
+                b"true for models/torchscript/model.pt.\n")
+    return (f"{fmt} is not in export.formats (or its device is missing: see metrics/export.json)"
+            f", so this folder holds no model; add it to export.formats to export it.\n").encode()
 
 
 def import_openvino():
@@ -47,6 +61,79 @@ def import_openvino():
     import openvino
 
     return openvino
+
+
+# ---- export: the PyTorch model -> ONNX or TorchScript bytes
+
+
+def letterbox_key(meta) -> tuple:
+    """("letterbox",) when the model records prepare.letterbox (detection always; any task
+    where it is on): {"fill": 114, "align": "center"} or false. Absent: a squash resize."""
+    return ("letterbox",) if "letterbox" in meta else ()
+
+
+def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
+    """Export to ONNX in memory; metadata holds everything a consumer needs to preprocess."""
+    import warnings
+
+    import onnx
+    import torch
+
+    from stages.lib.images import input_hw
+    from stages.lib.io import StageError, scratch_dir
+    from stages.lib.onnx_clean import strip_source_paths
+
+    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    axes = {0: torch.export.Dim("batch")}
+    if task.dynamic_width:  # any width that is a multiple of the task's stride
+        axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
+    fixed = task.export_batch(model)
+    # the exporter writes only to a file: one in a scratch folder (a full TMPDIR: one line)
+    with scratch_dir("export: the ONNX export") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = tmp / "model.onnx"
+        if fixed:  # traced (torchvision's detectors): a seeded example, so it finds boxes
+            example = torch.randn(fixed, *example.shape[1:],
+                                  generator=torch.Generator().manual_seed(0))
+            torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
+                              output_names=list(task.output_names), external_data=False,
+                              verbose=False, dynamo=False, opset_version=TRACED_OPSET)
+        else:
+            torch.onnx.export(model.eval(), (example,), str(path), input_names=["input"],
+                              output_names=list(task.output_names), external_data=False,
+                              verbose=False, dynamic_shapes=(axes,))
+        proto = onnx.load(str(path))
+    strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
+    keys = (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))
+    metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
+    for key in sorted(metadata):
+        proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except onnx.checker.ValidationError as exc:
+        raise StageError(f"export: the ONNX model fails onnx.checker: {exc}") from None
+    return proto.SerializeToString()
+
+
+def torchscript_bytes(model, meta, task) -> bytes:
+    """A traced TorchScript module with the same preprocessing metadata as extra files."""
+    import io
+    import warnings
+
+    import torch
+
+    from stages.lib.images import input_hw
+    from stages.lib.onnx_clean import strip_torchscript_debug
+
+    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    buf = io.BytesIO()
+    extra = {k: json.dumps(meta[k])
+             for k in (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))}
+    # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.trace(model.eval(), example), buf, _extra_files=extra)
+    return strip_torchscript_debug(buf.getvalue())  # no absolute paths either
 
 
 # ---- conversion: ONNX bytes -> {file name: bytes}
@@ -223,16 +310,31 @@ def runner(fmt: str, files: dict, threads: int = 0):
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def onnx_runner(model, threads: int = 0):
-    """onnxruntime on CPU; model: bytes or a path."""
+def onnx_session(model, threads: int = 0):
+    """An onnxruntime session on CPU; model: bytes or a path (threads: its intra-op pool;
+    0 = onnxruntime's default)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
-                                   providers=["CPUExecutionProvider"])
-    return batched(session)
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def onnx_runner(model, threads: int = 0):
+    """onnxruntime on CPU; model: bytes or a path."""
+    return batched(onnx_session(model, threads))
+
+
+def torchscript_module(blob: bytes):
+    """The TorchScript module of torchscript_bytes, on CPU (run it with
+    stages.lib.models.predict_outputs)."""
+    import io
+
+    import torch
+
+    return torch.jit.load(io.BytesIO(blob), map_location="cpu")
 
 
 def batched(session):

@@ -402,3 +402,18 @@ def read_json(path):
     if not path.exists():
         raise StageError(f"{path} not found: run the stage that writes it first (`dvc repro`).")
     return json.loads(path.read_text())
+
+
+def write_folder(folder, files: dict) -> None:
+    """folder holding exactly `files` ({name: bytes}), replaced whole: it appears at once, and
+    no file of an earlier run stays beside them."""
+    import shutil
+
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, data in sorted(files.items()):
+        write_bytes(tmp / name, data)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)

@@ -45,8 +45,10 @@ def read_model(path):
     return blob["state_dict"], blob["meta"]
 
 
-def predict_logits(model, x, batch_size: int = 256):
-    """float32 numpy logits of model on a normalised numpy batch, in eval mode, no grad."""
+def predict_outputs(model, x, batch_size: int = 256):
+    """model's first output as float32 numpy (a task's logits, boxes, masks or CTC frames) on a
+    normalised numpy batch, batch_size samples at a time, in eval mode, no grad: a PyTorch
+    model or a TorchScript module (stages.lib.formats.torchscript_module)."""
     import numpy as np
     import torch
 
@@ -59,7 +61,7 @@ def predict_logits(model, x, batch_size: int = 256):
 
 
 def predict_bucketed(model, x, widths, task, batch_size: int = 256):
-    """predict_logits with each sample cut to its bucket width (prepare.width_buckets; widths:
+    """predict_outputs with each sample cut to its bucket width (prepare.width_buckets; widths:
     numpy, one per sample), as train and predict run it; the narrower buckets' outputs are
     padded to the widest's by task.pad_outputs. Buckets run in turn, their samples in order."""
     import numpy as np

@@ -2,7 +2,8 @@
 
 The run record (logs/<stage>.json, not tracked by DVC or git) holds what must never enter a
 cached out: the git commit and dirty flag, versions, the device and the command line.
-Hashes of data and params are deterministic and may go into outs.
+Hashes of data and params are deterministic and may go into outs: `export_provenance` gives
+the ones models/model.onnx's metadata carries.
 """
 import dataclasses
 import hashlib
@@ -17,6 +18,17 @@ from stages.lib.io import write_json
 LOG_DIR = Path("logs")
 MANIFEST = Path("data/manifest.csv")
 LOCK_FILE = Path("requirements.lock")
+ROOT = Path(__file__).resolve().parents[2]
+# The code that decides the exported bytes: all of it is a dep of the export stage in dvc.yaml,
+# so the hash in the metadata is the hash `dvc repro` would reproduce.
+EXPORT_CODE = ("stages/export.py", "stages/lib/formats.py", "stages/lib/hooks.py",
+               "stages/lib/images.py", "stages/lib/kernels.py", "stages/lib/models.py",
+               "stages/lib/onnx_clean.py", "stages/lib/parity.py", "stages/lib/provenance.py")
+# The params that shaped the model (data, split, preprocessing, training) and its export.
+PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
+# The knobs of the other formats never change model.onnx: they stay out of its params hash, so
+# selecting a format leaves model.onnx's bytes as they were.
+FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
 
 
 def file_sha256(path) -> str:
@@ -71,3 +83,32 @@ def write_run_record(stage: str, record: dict) -> Path:
     path = LOG_DIR / f"{stage}.json"
     write_json(path, record)
     return path
+
+
+def export_provenance(params_path, task_code, model) -> dict:
+    """Deterministic hashes of the code, data manifest, params and weights (the file `model`)
+    behind an export. task_code: the task's source files (stages.tasks.code_files), which this
+    floor cannot name."""
+    from stages.lib.params import load, task_name, without_placement
+
+    code = hashlib.sha256()
+    task_files = [Path(f).relative_to(ROOT).as_posix() for f in task_code]
+    for path in sorted([*EXPORT_CODE, *task_files]):
+        code.update(f"{path}\0{file_sha256(path)}\n".encode())
+    # prepare's placement keys (workers, engine, ray_address) are not part of the result
+    sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
+                for s in PROVENANCE_PARAMS}
+    for key in FORMAT_KEYS:
+        del sections["export"][key]
+    if not sections["export"]["width_buckets"]:  # the default: hashed as before it existed
+        del sections["export"]["width_buckets"]
+    if not sections["prepare"]["width_buckets"]:
+        del sections["prepare"]["width_buckets"]
+    if sections["prepare"]["letterbox"] == "auto":  # the default: hashed as before it existed
+        del sections["prepare"]["letterbox"]
+    if sections["export"]["score_threshold"] is None:  # the default (evaluate's): likewise
+        del sections["export"]["score_threshold"]
+    params = {s: params_hash(values) for s, values in sections.items()}
+    params["task"] = params_hash({"task": task_name(params_path)})
+    return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
+            "params_sha256": params_hash(params), "model_sha256": file_sha256(model)}

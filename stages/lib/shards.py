@@ -371,3 +371,19 @@ def load_widths(split: str, root="data/processed"):
         return None
     data = Split(root, split, meta["counts"][split], meta["shard_size"])
     return data.gather(WIDTHS, slice(0, data.count))
+
+
+TEST_SPLIT = Path("data/split/test.csv")
+
+
+def load_test(root="data/processed"):
+    """(normalised images view, targets view, paths) of the test split, as evaluate and export
+    read it: the paths from data/split/test.csv, checked against the shards' count."""
+    from stages.lib.io import StageError, read_csv
+
+    x, y, _ = load_split("test", root)
+    paths = [r["path"] for r in read_csv(TEST_SPLIT)]
+    if len(paths) != len(x) or not len(x):
+        raise StageError(f"{TEST_SPLIT} lists {len(paths)} images but data/processed holds "
+                         f"{len(x)} test images: run `dvc repro` to rebuild them.")
+    return x, y, paths
