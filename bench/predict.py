@@ -105,7 +105,7 @@ def main(project, images_dir, count, batch_size, requests, concurrency):
     import tempfile
 
     from tools.inference import load, read_image
-    from tools.predict import walk
+    from tools.predict.inputs import walk
 
     scratch = tempfile.TemporaryDirectory()
     if project is None:

@@ -68,7 +68,8 @@ def timed_predict(source: Path, out: Path, model: Path, batch_size: int, ray_arg
 def driver_cost(folder: Path, model_path: Path) -> float:
     """Seconds per file the driver spends alone: listing it and writing its row."""
     from tools.inference import load
-    from tools.predict import format_row, iter_inputs, output_fields
+    from tools.predict.inputs import iter_inputs
+    from tools.predict.rowfile import format_row, output_fields
 
     model = load("onnxruntime", model_path, 1)
     fields = output_fields(model)

@@ -15,7 +15,6 @@ reused whole when the listing (every path, kind, size and mtime, annotation file
 the same. The cache only saves work; the manifest's bytes are the same with or without it.
 """
 import contextlib
-import errno
 import gc
 import hashlib
 import io
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import click
 
+from stages.lib import safefs
 from stages.lib.io import StageError, write_bytes, write_csv
 from stages.lib.params import load, params_option
 
@@ -62,13 +62,8 @@ SPECIAL = {  # walk's "special" entries: (error_kind, error); never opened
 
 def special_kind(mode: int) -> str | None:
     """SPECIAL's key for a stat mode that is neither a regular file nor a folder."""
-    if stat.S_ISFIFO(mode):
-        return "fifo"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return "device"
-    return None
+    kind = safefs.mode_kind(mode)
+    return None if kind in ("file", "folder") else kind if kind in SPECIAL else "device"
 
 
 def walk(root: Path) -> list[tuple]:
@@ -76,53 +71,27 @@ def walk(root: Path) -> list[tuple]:
     ctime_ns, inode], of a symlink's target), "empty" for a folder with no visible entries,
     "dirlink" for a symlinked folder (never followed), "special" for a FIFO, socket, device,
     symlink loop or a folder that cannot be listed (key: SPECIAL's key; never opened). Every
-    entry is classified by fstatat on its folder's descriptor (scandir), never by opening it."""
-    out, folders = [], [(os.fspath(root), "")]
-    while folders:
-        path, prefix = folders.pop()
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # stat by name in it: fewer lookups
-        except OSError as exc:
-            if prefix:  # a subfolder: a row, so the quarantine can deal with it
-                out.append((prefix.rstrip("/"), "special", "unlistable"))
+    entry is classified by fstatat on its folder's descriptor (stages.lib.safefs.walk), never
+    by opening it."""
+    out = []
+    for e in safefs.walk(root):
+        if e.kind == "unlistable":
+            if e.rel:  # a subfolder: a row, so the quarantine can deal with it
+                out.append((e.rel, "special", "unlistable"))
                 continue
-            raise StageError(f"{path}: cannot list this folder ({exc.strerror}); make it "
-                             f"readable or move it out of data.source.") from None
-        try:
-            with os.scandir(fd) as it:
-                entries = [e for e in it if not e.name.startswith(".")]
-            if prefix and not entries:
-                out.append((prefix, "empty", None))
-            for e in entries:
-                rel = prefix + e.name
-                try:
-                    lst = e.stat(follow_symlinks=False)
-                except OSError:  # vanished since the listing
-                    continue
-                if stat.S_ISDIR(lst.st_mode):
-                    folders.append((os.path.join(path, e.name), f"{rel}/"))
-                    continue
-                st = lst
-                if stat.S_ISLNK(lst.st_mode):
-                    try:
-                        st = e.stat()  # the target
-                    except OSError as exc:
-                        if exc.errno == errno.ELOOP:
-                            out.append((rel, "special", "loop"))
-                            continue
-                        st = lst  # broken: inspect_file says so
-                    if stat.S_ISDIR(st.st_mode):
-                        out.append((rel, "dirlink", None))
-                        continue
-                broken = st is lst and stat.S_ISLNK(lst.st_mode)
-                kind = None if broken else special_kind(st.st_mode)
-                if kind:
-                    out.append((rel, "special", kind))
-                else:
-                    out.append((rel, "file", [st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                              st.st_ino]))
-        finally:
-            os.close(fd)
+            raise StageError(f"{e.path}: cannot list this folder ({e.error.strerror}); make "
+                             f"it readable or move it out of data.source.") from None
+        if e.kind == "empty" and e.rel:
+            out.append((f"{e.rel}/", "empty", None))
+        elif e.kind == "dirlink":
+            out.append((e.rel, "dirlink", None))
+        elif e.kind == "loop":
+            out.append((e.rel, "special", "loop"))
+        elif e.kind in ("file", "special", "broken"):
+            st = e.st
+            kind = special_kind(st.st_mode) if e.kind == "special" else None
+            out.append((e.rel, "special", kind) if kind else
+                       (e.rel, "file", [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]))
     return out
 
 

@@ -382,7 +382,7 @@ def test_stalled_headers_bodies_and_idle_connections_are_cut_off(onnx_model, tmp
 def test_serve_defaults_are_the_documented_ones():
     from click.testing import CliRunner
 
-    from tools.serve import main
+    from tools.serve.__main__ import main
 
     text = CliRunner().invoke(main, ["--help"], terminal_width=200).output
     for option, default in (("--header-timeout", "10.0"), ("--body-timeout", "30.0"),

@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import ROOT, run_tool, write_image
 from tools.inference import BadImage, Model, decode, read_image
-from tools.predict import expand, iter_inputs, repair_torn_tail
+from tools.predict.inputs import expand, iter_inputs
+from tools.predict.rowfile import repair_torn_tail
 
 
 def rows_of(path):

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.images import sha256_file
-from stages.lib.io import StageError, mode_kind
+from stages.lib import safefs
+from stages.lib.io import StageError
 from stages.lib.params import MAX_PIXELS
 from tools.options import BACKENDS
 
@@ -41,21 +42,14 @@ def open_regular(path):
     """A binary file object on path, which must be a regular file; BadImage ("unreadable" or
     "not_regular") otherwise. Opened non-blocking and checked with fstat before a byte is
     read, so a FIFO, socket or device is never read from (a FIFO would block forever)."""
-    import io
-    import stat
-
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return safefs.open_regular(path)
     except OSError as exc:
         why = {errno.ENXIO: "a socket (not read)", errno.ELOOP: "a symlink loop"}.get(
             exc.errno, f"{type(exc).__name__}: {exc.strerror}")
         raise BadImage("unreadable", f"cannot open: {why}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise BadImage("not_regular", f"{mode_kind(mode)}: not read")
-    os.set_blocking(fd, True)
-    return io.BufferedReader(io.FileIO(fd, "rb"))
+    except safefs.NotRegular as exc:
+        raise BadImage("not_regular", f"{safefs.mode_text(exc.mode)}: not read") from None
 
 
 class Pixels(np.ndarray):

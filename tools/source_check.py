@@ -8,14 +8,14 @@ before the stage runs, so `dvc repro` fails before ingest can name the bad file:
 - a folder it cannot list (as a user without read permission) stops it with `Permission
   denied: .../.gitignore`, and a file it cannot read with `Permission denied`.
 
-ingest names all of these as rows too, but only once DVC lets it run. This walk never opens a
-FIFO, socket or device (each entry is classified by lstat first) and never follows a symlinked
-folder (nor does DVC). Used by `tools.doctor` and `tools.init --source`.
+ingest names all of these as rows too, but only once DVC lets it run. This walk
+(stages.lib.safefs.walk) never opens a FIFO, socket or device (each entry is classified by
+lstat first) and never follows a symlinked folder (nor does DVC). Used by `tools.doctor` and
+`tools.init --source`.
 """
 import errno
-import os
-import stat
-from pathlib import Path
+
+from stages.lib import safefs
 
 # kind: (what it is, what DVC does with it, the fix)
 KINDS = {
@@ -40,51 +40,34 @@ KINDS = {
 def blocking_entries(source) -> list[tuple[str, str]]:
     """(path relative to source, kind) of every entry DVC's walk of source trips on, kind a
     key of KINDS, sorted by path; the source folder itself is "." when it cannot be listed."""
-    source = Path(source)
-    found, folders = [], [""]
-    while folders:
-        rel = folders.pop()
-        path = source / rel if rel else source
-        try:
-            with os.scandir(path) as it:
-                entries = list(it)
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EIO):
-                found.append((rel or ".", "unlistable"))
-                continue
-            raise
-        for entry in entries:
-            sub = f"{rel}/{entry.name}" if rel else entry.name
-            kind = entry_kind(entry)
-            if kind == "folder":
-                folders.append(sub)
-            elif kind:
-                found.append((sub, kind))
+    found = []
+    for entry in safefs.walk(source, hidden=True):  # DVC hashes hidden files too
+        if entry.kind == "unlistable":
+            if entry.error.errno not in (errno.EACCES, errno.EPERM, errno.EIO):
+                raise entry.error
+            found.append((entry.rel or ".", "unlistable"))
+            continue
+        kind = entry_kind(entry)
+        if kind:
+            found.append((entry.rel, kind))
     return sorted(found)
 
 
-def entry_kind(entry: os.DirEntry) -> str | None:
-    """"folder" to descend into, a KINDS key, or None for a file DVC hashes fine."""
-    try:
-        lst = entry.stat(follow_symlinks=False)
-    except OSError:  # vanished since the listing
+def entry_kind(entry: safefs.Entry) -> str | None:
+    """A KINDS key for an entry of safefs.walk, or None for one DVC hashes fine (or does not
+    follow: a symlinked folder) and for the walk's own folder entries."""
+    if entry.kind in ("loop", "special"):
+        return entry.kind
+    if entry.kind == "broken":
+        return "dangling"
+    if entry.kind != "file":
         return None
-    if stat.S_ISDIR(lst.st_mode):
-        return "folder"
-    st = lst
-    if stat.S_ISLNK(lst.st_mode):
-        try:
-            st = os.stat(entry.path)
-        except OSError as exc:
-            return "loop" if exc.errno == errno.ELOOP else "dangling"
-        if stat.S_ISDIR(st.st_mode):
-            return None  # a symlinked folder: not followed
-    if not stat.S_ISREG(st.st_mode):
-        return "special"
     try:  # a regular file: opened (never read) to know whether DVC can read it
-        os.close(os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK))
+        safefs.open_regular(entry.path).close()
     except OSError as exc:
         return "unreadable" if exc.errno in (errno.EACCES, errno.EPERM) else None
+    except safefs.NotRegular:  # swapped for a FIFO since the listing: never read
+        return None
     return None
 
 

@@ -115,16 +115,6 @@ def _write_bytes(path: Path, data: bytes, sync: bool = True, direct: bool = Fals
     return tmp
 
 
-def mode_kind(mode: int) -> str:
-    """What a stat mode that is no regular file is, for a message: "a FIFO (named pipe)", "a
-    socket", "a device", "a folder" or "not a regular file"."""
-    import stat
-
-    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder"
-            if stat.S_ISDIR(mode) else "not a regular file")
-
-
 @contextlib.contextmanager
 def replace_file(path):
     """A binary file that replaces the file at path atomically when the block ends without an

@@ -84,14 +84,13 @@ def _expanded(root) -> int:
 
 def _read_small(path: Path) -> bytes:
     """At most MAX_YAML_BYTES + 1 bytes of a regular file (a FIFO is never waited on)."""
-    import os
-    import stat
+    from stages.lib.safefs import NotRegular, open_regular
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StageError(f"{path}: not a regular file; it must be a YAML file.")
-        os.set_blocking(fd, True)
+    try:
+        f = open_regular(path)
+    except NotRegular:
+        raise StageError(f"{path}: not a regular file; it must be a YAML file.") from None
+    with f:
         return f.read(MAX_YAML_BYTES + 1)
 
 

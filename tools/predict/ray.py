@@ -1,6 +1,6 @@
 """`tools.predict --ray [ADDRESS]`: the same predictions, computed on a Ray cluster (issue 31).
 
-The driver (this process) lists the inputs exactly as the local predict does (tools.predict's
+The driver (this process) lists the inputs exactly as the local predict does (rowfile's
 pending()), cuts them into shards of --ray-shard batches of --batch-size files, and hands each
 shard to Ray: a task reads and decodes its files where it runs, then an actor of the pool,
 which loaded the model once, predicts it batch by batch, so every batch holds the same files
@@ -24,7 +24,7 @@ from stages.lib.io import StageError
 
 AHEAD = 3  # shards per actor submitted ahead of the first shard not yet written
 RETRIES = 5  # submissions of one shard after a system failure (a node, an actor, an object)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the project: tools/predict/ray.py
 
 
 def check_reachable(address: str) -> None:
@@ -71,7 +71,8 @@ def decode_shard(items, model_spec: dict, max_pixels: int):
     """Worker side: [(path, absolute path, problem error)] -> [(path, array, (w, h), error)]."""
     import numpy as np
 
-    from tools.predict_rows import Problem, decode_input
+    from tools.predict.inputs import Problem
+    from tools.predict.rows import decode_input
 
     out = []
     for path, source, problem in items:
@@ -101,7 +102,7 @@ class Predictor:
 
     def predict(self, decoded, batch_size: int, top_k: int) -> list[list[dict]]:
         from tools.inference import sized
-        from tools.predict_rows import infer
+        from tools.predict.rows import infer
 
         batch = [(path, None if img is None else sized(img, size), error)
                  for path, img, size, error in decoded]
@@ -124,6 +125,40 @@ def model_file(backend: str, model_path) -> str:
     return os.path.abspath(model_path or default)
 
 
+def actor_spec(model, model_path, threads: int) -> dict:
+    """What every actor needs to load the model predict loaded (from model_path, its --model)
+    and what every decode task needs of it."""
+    return {"backend": model.backend, "path": model_file(model.backend, model_path),
+            "threads": threads or 1,
+            "meta": dict(model.meta), "image_size": model.image_size,
+            "channels": model.channels, "letterbox": model.letterbox}
+
+
+def check_retry(ray, exc, index: int, items, attempt: int, spec: dict) -> None:
+    """Return when the shard whose result raised exc was lost to a system failure (a node, an
+    actor or an object) and may be submitted again; raise (a StageError, or our code's own
+    error) when it may not."""
+    if isinstance(exc, ray.exceptions.RayTaskError):  # our code raised: not a retry case
+        cause = exc.cause if isinstance(exc.cause, Exception) else exc
+        if isinstance(cause, StageError):
+            raise StageError(cause.message) from None
+        raise cause from None
+    if "creation task" in str(exc):  # the actor could not start
+        raise StageError(f"--ray: an actor could not start ({exc}); every node needs this "
+                         f"project at {ROOT} (run predict from there, or set PYTHONPATH for "
+                         f"`ray start`) and the model at {spec['path']} (docs/ray.md).") from None
+    if attempt >= RETRIES:
+        raise StageError(f"--ray: shard {index} (from {items[0][0]}) failed {attempt} times "
+                         f"({type(exc).__name__}: {exc}); rows written so far are kept: "
+                         f"re-run to continue.") from None
+
+
+def _item(path) -> tuple:
+    """(path, absolute path, problem error) of one input, as decode_shard takes it."""
+    problem = getattr(path, "error", None)
+    return (str(path), None if problem else os.path.abspath(path), problem)
+
+
 def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
                    shard_batches: int, top_k: int, max_pixels: int, threads: int,
                    progress: bool) -> None:
@@ -131,15 +166,11 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
     from model_path (its --model); emit(rows) each batch's rows in input order, each once."""
     from tqdm import tqdm
 
-    cpus = threads or 1
-    spec = {"backend": model.backend, "path": model_file(model.backend, model_path),
-            "threads": cpus,
-            "meta": dict(model.meta), "image_size": model.image_size,
-            "channels": model.channels, "letterbox": model.letterbox}
+    spec = actor_spec(model, model_path, threads)
     decode_spec = {k: spec[k] for k in ("image_size", "channels", "letterbox")}
     decode = ray.remote(num_cpus=0, max_retries=3)(decode_shard)
-    actor_class = ray.remote(num_cpus=cpus, max_restarts=0)(Predictor)
-    size = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
+    actor_class = ray.remote(num_cpus=spec["threads"], max_restarts=0)(Predictor)
+    size = max(1, int(ray.cluster_resources().get("CPU", 1) // spec["threads"]))
     load = {actor_class.remote(spec): 0 for _ in range(size)}  # live actors -> shards queued
     inflight = {}  # ref -> (index, actor, items, attempt)
     finished = {}  # index -> rows by batch, waiting for the shards before it
@@ -155,10 +186,6 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
                                    batch_size, top_k)
         inflight[ref] = (index, actor, items, attempt)
 
-    def item(path):
-        problem = getattr(path, "error", None)
-        return (str(path), None if problem else os.path.abspath(path), problem)
-
     bar = tqdm(unit="shard", desc="predict (ray)", disable=None if progress else True,
                dynamic_ncols=True)
     try:
@@ -167,7 +194,7 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
                 nxt = next(source, None)
                 if nxt is None:
                     break
-                submit(nxt[0], [item(p) for p in nxt[1]], 1)
+                submit(nxt[0], [_item(p) for p in nxt[1]], 1)
                 submitted += 1
             if not inflight:
                 break
@@ -177,23 +204,10 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
                 load[actor] -= 1
             try:
                 finished[index] = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:  # our code raised: not a retry case
-                cause = exc.cause if isinstance(exc.cause, Exception) else exc
-                if isinstance(cause, StageError):
-                    raise StageError(cause.message) from None
-                raise cause from None
-            except ray.exceptions.RayError as exc:  # a node, actor or object was lost
-                if "creation task" in str(exc):  # the actor could not start
-                    raise StageError(f"--ray: an actor could not start ({exc}); every node "
-                                     f"needs this project at {ROOT} (run predict from there, "
-                                     f"or set PYTHONPATH for `ray start`) and the model at "
-                                     f"{spec['path']} (docs/ray.md).") from None
+            except ray.exceptions.RayError as exc:  # ours re-raised; a lost node: again
+                check_retry(ray, exc, index, items, attempt, spec)
                 if isinstance(exc, ray.exceptions.RayActorError):
                     load.pop(actor, None)
-                if attempt >= RETRIES:
-                    raise StageError(f"--ray: shard {index} (from {items[0][0]}) failed "
-                                     f"{attempt} times ({type(exc).__name__}: {exc}); rows "
-                                     f"written so far are kept: re-run to continue.") from None
                 bar.write(f"predict: shard {index} lost ({type(exc).__name__}: a node or "
                           f"actor died); resubmitted", file=sys.stderr)
                 submit(index, items, attempt + 1)

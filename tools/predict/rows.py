@@ -1,17 +1,8 @@
 """The steps of a prediction that every path shares, one file and one batch at a time: the
-local predict (tools/predict.py) and the Ray workers of `--ray` (tools/predict_ray.py) run
-these same functions, so their rows are the same bytes."""
+local predict (tools/predict/__main__.py) and the Ray workers of `--ray` (tools/predict/ray.py)
+run these same functions, so their rows are the same bytes."""
 from stages.lib.io import StageError
-
-
-class Problem(str):
-    """An input path that gets an error row without being opened: an unreadable folder, a
-    symlink loop, a folder reached twice, a FIFO, socket or device. Equal to its path."""
-
-    def __new__(cls, path: str, error: str):
-        obj = super().__new__(cls, path)
-        obj.error = error
-        return obj
+from tools.predict.inputs import Problem
 
 
 def decode_input(path, model, max_pixels: int, source=None) -> tuple:

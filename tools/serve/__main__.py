@@ -1,0 +1,105 @@
+"""`python -m tools.serve`: a local HTTP API for the exported model, FastAPI on uvicorn,
+127.0.0.1 by default. Not a DVC stage.
+
+The routes are app.py's; the micro-batching and the decode budget batching.py's; the timed
+connections and the --host check transport.py's; the status fast path, the predict limit and
+the niced threads guard.py's; the offline /docs docs.py's.
+"""
+from pathlib import Path
+
+import click
+
+from tools.options import apply_decode_options, model_options
+from tools.serve.app import LIMIT_CONCURRENCY, MAX_BYTES, MAX_DECODE_MB, create_app
+from tools.serve.guard import inference_executor
+from tools.serve.transport import (BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, check_host,
+                                   timed_protocol)
+
+
+def return_freed_memory() -> None:
+    """glibc: serve allocations over 1 MiB with mmap, so a decode's buffers go back to the
+    system when freed instead of staying in the heap (RSS falls back after a burst)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+@click.command()
+@model_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on; 127.0.0.1 answers this machine only. Any address "
+                   "that is not loopback (\"\", 0, 0.0.0.0, ::, a LAN address) needs --expose.")
+@click.option("--expose", is_flag=True,
+              help="Allow a --host that is not loopback (a warning names the interfaces).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True,
+              help="TCP port.")
+@click.option("--max-bytes", type=click.IntRange(min=1), default=MAX_BYTES, show_default=True,
+              help="Largest request body accepted; larger ones get 413.")
+@click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False),
+              default="metrics/eval.json", show_default=True,
+              help="Evaluation metrics shown by GET /model, when the file exists.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Most images in one inference call (concurrent requests are batched).")
+@click.option("--max-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="How long the first queued image waits for others to join its batch.")
+@click.option("--max-decode-mb", type=click.FloatRange(min=1), default=MAX_DECODE_MB,
+              show_default=True,
+              help="Decode memory budget: an image needing more (width x height x bytes per "
+                   "pixel, with conversion copies) gets 422 (a big JPEG is decoded at a reduced "
+                   "scale instead); concurrent decodes together stay within it.")
+@click.option("--header-timeout", type=click.FloatRange(min=0.1), default=HEADER_TIMEOUT,
+              show_default=True, help="Seconds a request's headers may take (then 408).")
+@click.option("--body-timeout", type=click.FloatRange(min=0.1), default=BODY_TIMEOUT,
+              show_default=True,
+              help="Seconds a request's body may take after its headers (then 408).")
+@click.option("--keep-alive-timeout", type=click.IntRange(min=1), default=KEEP_ALIVE_TIMEOUT,
+              show_default=True, help="Seconds an idle keep-alive connection stays open.")
+@click.option("--limit-concurrency", type=click.IntRange(min=1), default=LIMIT_CONCURRENCY,
+              show_default=True,
+              help="Most POST /predict requests in flight at once (upload to answer); the "
+                   "next gets 503. /health and /ready are never counted or refused; idle "
+                   "connections are not counted (the timeouts close them).")
+@click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
+              default="info", show_default=True, help="uvicorn's log level.")
+def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
+         max_batch, max_wait_ms, max_decode_mb, header_timeout, body_timeout,
+         keep_alive_timeout, limit_concurrency, threads, log_level, score_threshold, beam):
+    """Serve the model over HTTP until Ctrl-C.
+
+    Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
+    the task's prediction (classification: label, score, top-k) and the model version;
+    GET /health (liveness), GET /ready (model loaded: 200, else 503), GET /model (task,
+    classes, input size, provenance, eval metrics), GET /docs (OpenAPI UI), /openapi.json.
+
+    Each file is answered on its own: one that is not an image, is corrupt or declares more
+    than --max-pixels pixels in its header (not decoded) gets its error in its place, and the
+    answer is 200 with status `partial`; only when no file is usable does the request fail
+    (415 when none is an image, else 422), naming every file.
+    """
+    warning = check_host(host, expose)  # before anything is loaded
+    import uvicorn
+
+    from tools.inference import load
+
+    return_freed_memory()
+    # Loaded in the niced inference thread: the backend's threads inherit its priority.
+    model = inference_executor().submit(load, backend, model_path, threads).result()
+    apply_decode_options(model, score_threshold, beam)
+    app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
+                     max_wait_ms, max_decode_mb, limit_concurrency)
+    if warning:
+        click.echo(warning, err=True)
+    click.echo(f"serve: {model.path} ({model.backend}, version {model.version}) on "
+               f"http://{host}:{port} (docs at /docs)", err=True)
+    uvicorn.run(app, host="0.0.0.0" if host == "0" else host, port=port, log_level=log_level,
+                http=timed_protocol(header_timeout, body_timeout),
+                timeout_keep_alive=keep_alive_timeout)  # the limit is FastPath's, not uvicorn's
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""The routes of `tools.serve`: a FastAPI app over the exported model.
+
+POST /predict takes one or more uploaded images (multipart field `files`) and answers one
+prediction per file, in upload order: a file that cannot be used gets its error instead (the
+answer is 200 with status `partial`); only when no file is usable does the request fail: 415
+when none is an image, 422 when they are corrupt or over --max-pixels (checked from the
+header, before decoding). 413 for a body over --max-bytes (by Content-Length or counted while
+streaming); a malformed request is 422 (or 400), never a 5xx. No endpoint takes a path:
+nothing on the server's disk can be read through the API.
+
+Memory is bounded by bytes, not only pixels: each image's decode cost (its header's width x
+height x bytes per pixel, plus to_model_mode's copies) must fit --max-decode-mb, and decodes
+wait on a shared budget of that size (batching.py), so concurrent requests never decode more
+at once. /health and /ready are answered before anything else, and at most
+--limit-concurrency POST /predict requests are in flight (guard.py); /docs works offline
+(docs.py).
+
+The models are a registry, app.state.models (a name -> a loaded tools.inference.Model), each
+with its micro-batcher in app.state.batchers; today one, DEFAULT, which every route serves.
+"""
+from stages.lib.params import MAX_PIXELS
+from tools.serve.batching import DecodeBudget, MicroBatcher, ModelFailed
+from tools.serve.docs import add_offline_docs
+from tools.serve.guard import FastPath, nice_thread
+
+MAX_BYTES = 20 * 1024 * 1024
+MAX_DECODE_MB = 256
+LIMIT_CONCURRENCY = 64
+DEFAULT = "default"  # the name of the model every route serves
+
+
+def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
+               metrics_path=None, top_k: int = 3, max_batch: int = 32,
+               max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB,
+               limit_concurrency: int = LIMIT_CONCURRENCY):
+    """The FastAPI app serving a loaded tools.inference.Model, registered as DEFAULT in
+    app.state.models (its card, for GET /model, in app.state.cards)."""
+    from fastapi import FastAPI
+
+    from tools.inference import describe
+
+    state = {"ready": False}
+    budget_bytes = int(max_decode_mb * 2**20)
+    responses = response_models(model)
+    app = FastAPI(title="image-pipeline model API", version=model.version,
+                  lifespan=lifespan(state, top_k, max_batch, max_wait_ms, budget_bytes),
+                  max_body_size=max_bytes, docs_url=None, redoc_url=None,
+                  description="Predictions of the exported model. Upload images to /predict.")
+    app.state.models = {DEFAULT: model}
+    app.state.cards = {DEFAULT: describe(model, metrics_path)}
+    app.state.batchers = {}  # filled by lifespan, a micro-batcher per model
+    add_offline_docs(app)
+    add_guards(app, max_bytes)
+    # Outermost: /health and /ready answered first, POST /predict counted (guard.py)
+    app.add_middleware(FastPath, state=state, version=model.version, limit=limit_concurrency)
+    serving = {"max_bytes": max_bytes, "max_pixels": max_pixels, "max_decode_mb": max_decode_mb,
+               "max_batch": max_batch, "top_k": top_k, "limit_concurrency": limit_concurrency}
+    add_status_routes(app, state, serving, responses[1])
+    add_predict(app, responses, max_pixels, budget_bytes)
+    return app
+
+
+def response_models(model) -> tuple:
+    """(PredictResponse, Error): the pydantic models of the answers, for the OpenAPI schema."""
+    from pydantic import BaseModel, create_model
+
+    # One image's answer: its filename and the task's prediction fields (classification:
+    # label, score, topk), typed for the OpenAPI schema.
+    types = {"string": str, "number": float, "integer": int, "boolean": bool, "array": list,
+             "object": dict}
+    # A file that cannot be used gets its error and the task's empty prediction (nulls).
+    Prediction = create_model("Prediction", filename=(str, ...), **{
+        name: (types[kind] | None, ...) for name, kind in model.task.prediction_fields.items()},
+        error=(str, ...))
+
+    class PredictResponse(BaseModel):
+        model_version: str
+        status: str  # ok: every file predicted | partial: some have an error instead
+        failed: int
+        predictions: list[Prediction]
+
+    class Error(BaseModel):
+        detail: str
+
+    return PredictResponse, Error
+
+
+def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget_bytes: int):
+    """The app's start (each model's micro-batcher and its worker, a first inference so /ready
+    means the model really runs, the decode budget and threads) and stop."""
+    import asyncio
+    import contextlib
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    @contextlib.asynccontextmanager
+    async def run(app):
+        workers = []
+        for name, model in app.state.models.items():
+            batcher = MicroBatcher(model, top_k, max_batch, max_wait_ms / 1000)
+            workers.append(asyncio.create_task(batcher.run()))
+            await warm_up(batcher, model)
+            app.state.batchers[name] = batcher
+        app.state.budget = DecodeBudget(budget_bytes)
+        app.state.decoders = ThreadPoolExecutor(os.cpu_count() or 1, "decode",
+                                                initializer=nice_thread)
+        state["ready"] = True
+        yield
+        state["ready"] = False
+        for worker in workers:
+            worker.cancel()
+        app.state.decoders.shutdown(wait=False, cancel_futures=True)
+
+    return run
+
+
+async def warm_up(batcher, model) -> None:
+    """A first inference through the batcher: the model really runs before /ready says so."""
+    import numpy as np
+
+    from stages.lib.images import input_hw
+
+    size = (*input_hw(model.image_size), model.channels)
+    await batcher.predict([np.zeros(size, dtype=np.uint8)])  # the model really runs
+
+
+def add_guards(app, max_bytes: int) -> None:
+    """Answers before or outside the routes: 413 for a body over max_bytes, 400 when the
+    client left mid-body, and 400 (logged loudly) for anything unforeseen."""
+    import logging
+
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from starlette.requests import ClientDisconnect
+
+    log = logging.getLogger("uvicorn.error")
+
+    @app.middleware("http")
+    async def refuse_large_bodies(request: Request, call_next):
+        # Checked before a byte of the body is read; FastAPI's max_body_size (create_app) also
+        # counts the bytes of a streamed body that has no Content-Length.
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_bytes:
+            return JSONResponse({"detail": f"request body of {length} bytes is over the limit "
+                                           f"of {max_bytes} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(request: Request, exc: ClientDisconnect):
+        # The client left (or was cut off by a timeout) mid-body: nobody reads this answer.
+        return JSONResponse({"detail": "client disconnected"}, status_code=400)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        # Anything not handled by the routes came out of parsing a request we did not
+        # foresee: answer 400 rather than 500, and log it loudly (the fuzz test fails on this
+        # log line).
+        log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path,
+                  exc_info=exc)
+        return JSONResponse({"detail": f"cannot process this request ({type(exc).__name__})"},
+                            status_code=400)
+
+
+def add_status_routes(app, state: dict, serving: dict, Error) -> None:
+    """GET /health (the process answers), /ready (the model has run once) and /model (its
+    card, the serving limits and how many batches and images it has served)."""
+    from fastapi.responses import JSONResponse
+
+    @app.get("/health", summary="Liveness: the process answers")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/ready", summary="Readiness: the model is loaded and has run once",
+             responses={503: {"model": Error}})
+    async def ready():
+        if not state["ready"]:
+            return JSONResponse({"detail": "model not loaded yet"}, status_code=503)
+        return {"ready": True, "model_version": app.state.models[DEFAULT].version}
+
+    @app.get("/model", summary="Class names, input size, provenance and eval metrics")
+    async def model_card() -> dict:
+        batcher = app.state.batchers.get(DEFAULT)
+        stats = {"batches": batcher.batches, "images": batcher.images} if batcher else {}
+        stats["predicts_in_flight"] = state.get("in_flight", 0)
+        return {**app.state.cards[DEFAULT], "serving": {**serving, **stats}}
+
+
+def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> None:
+    """POST /predict: every uploaded file decoded (decode_upload), the usable ones predicted
+    in the micro-batcher's batches, one answer per file in upload order (a file that cannot
+    be used gets its error: 200, status `partial`; no usable file at all: 415 or 422)."""
+    import logging
+    from typing import Annotated
+
+    from fastapi import File, HTTPException, UploadFile
+
+    from tools.inference import BadImage
+
+    log = logging.getLogger("uvicorn.error")
+    PredictResponse, Error = responses
+
+    @app.post("/predict", response_model=PredictResponse,
+              summary="Predict the class of one or more uploaded images",
+              responses={413: {"model": Error, "description": "body over the byte limit"},
+                         415: {"model": Error, "description": "no file is an image"},
+                         422: {"model": Error, "description": "no file is usable (corrupt, "
+                                                              "over the pixel limit), or a "
+                                                              "bad request"},
+                         503: {"model": Error, "description": "the model failed"}})
+    async def predict(files: Annotated[list[UploadFile], File(
+            description="One or more image files (multipart/form-data, field `files`)")]):
+        model = app.state.models[DEFAULT]
+        images, errors = [], []  # per file: a decoded image or None, and its error
+        for index, upload in enumerate(files):
+            name = upload.filename or f"file #{index + 1}"
+            try:
+                images.append(await decode_upload(app, upload, model, max_pixels,
+                                                  budget_bytes))
+                errors.append(None)
+            except BadImage as exc:
+                images.append(None)
+                errors.append((exc.kind, name, str(exc)))
+        if all(errors):  # nothing to predict: the request fails, naming every file
+            status = 415 if all(kind == "not_image" for kind, _, _ in errors) else 422
+            raise HTTPException(status, detail="; ".join(f"{name}: {why}"
+                                                         for _, name, why in errors))
+        try:
+            results = iter(await app.state.batchers[DEFAULT].predict(
+                [i for i in images if i is not None]))
+        except ModelFailed as exc:
+            log.error("model failed: %s", exc)
+            raise HTTPException(503, detail=f"the model failed: {exc}") from None
+        failed = sum(1 for e in errors if e)
+        return {"model_version": model.version, "status": "partial" if failed else "ok",
+                "failed": failed, "predictions": [
+                    {"filename": upload.filename or "", **(
+                        model.task.empty_prediction() if error else next(results)),
+                     "error": f"{error[0]}: {error[2]}" if error else ""}
+                    for upload, error in zip(files, errors, strict=True)]}
+
+
+async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
+    """One upload as the model's input, decoded in the decode threads: its header first (the
+    decode's cost, refused past max_pixels or the budget), then the decode itself once that
+    cost fits the shared budget. Raises BadImage for a file that cannot be used."""
+    import asyncio
+    from functools import partial
+
+    from tools.inference import load_drafted, read_header
+
+    source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
+    loop = asyncio.get_running_loop()
+    cost, draft = await loop.run_in_executor(app.state.decoders, partial(
+        read_header, source, model.channels, max_pixels, budget_bytes, model.image_size))
+    await app.state.budget.acquire(cost)
+    try:
+        return await loop.run_in_executor(app.state.decoders, partial(
+            load_drafted, source, model.image_size, model.channels, draft, model.letterbox))
+    finally:
+        await app.state.budget.release(cost)
