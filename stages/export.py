@@ -26,7 +26,7 @@ import click
 
 from stages.lib.io import StageError, read_csv, scratch_dir, write_bytes, write_json
 from stages.lib.onnx_clean import strip_source_paths, strip_torchscript_debug
-from stages.lib.params import load, params_option, task_name, without_placement
+from stages.lib.params import load, load_all, params_option, task_name, without_placement
 
 MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
@@ -56,7 +56,7 @@ def letterbox_key(meta) -> tuple:
     return ("letterbox",) if "letterbox" in meta else ()
 
 
-TRACED_OPSET = 17  # a model exported by tracing (Task.export_batch): RoIAlign needs >= 16
+TRACED_OPSET = 17  # a model exported by tracing (models.export_batch): RoIAlign needs >= 16
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
 # selecting a format leaves model.onnx's bytes as they were.
 FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
@@ -177,12 +177,13 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     import torch
 
     from stages.lib.images import input_hw
+    from stages.lib.models import export_batch
 
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     axes = {0: torch.export.Dim("batch")}
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
-    fixed = task.export_batch(model)
+    fixed = export_batch(model)
     # the exporter writes only to a file: one in a scratch folder (a full TMPDIR: one line)
     with scratch_dir("export: the ONNX export") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -262,7 +263,7 @@ def compare(reference, candidate, atol: float, rtol: float, task, params_path=No
     import numpy as np
 
     n = len(reference)
-    custom = task.parity(reference, candidate, params_path) if params_path else None
+    custom = task.parity(reference, candidate, load_all(params_path)) if params_path else None
     if custom is not None:
         abs_diff, agree = custom
         return {"abs": abs_diff, "rel": abs_diff, "excess": np.where(agree, -1.0, 0.0),
@@ -453,7 +454,7 @@ def main(params_path):
 
     kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
     from stages.lib.formats import FOLDERS
-    from stages.lib.models import predict_logits
+    from stages.lib.models import export_batch, predict_logits
     from stages.lib.provenance import run_record, write_run_record
     from stages.lib.shards import load_split
 
@@ -474,7 +475,7 @@ def main(params_path):
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
     others = [f for f in p.formats if f != "onnx"] + (["torchscript"] if p.torchscript else [])
-    if task.export_batch(model) and others:
+    if export_batch(model) and others:
         raise StageError(f"export: {meta['model']} exports only to ONNX, traced at a fixed "
                          f"batch size ({', '.join(others)} not supported for it); set "
                          f"export.formats: [onnx] and export.torchscript: false.")
@@ -486,7 +487,7 @@ def main(params_path):
     if "trained_on" in meta:  # device, deterministic, precision (a model.pt from before: none)
         extra["trained_on"] = meta["trained_on"]
     blob = onnx_bytes(exported, meta, task,
-                      {**task.export_metadata(params_path), **origin, **extra})
+                      {**task.export_metadata(load_all(params_path)), **origin, **extra})
     reference = predict_logits(model, x, p.parity_batch)
     batches = sorted({1, p.parity_batch})
     metrics, error = parity_gate(reference, {b: onnx_logits(blob, x, b, threads) for b in batches},
