@@ -220,8 +220,9 @@ class Task:
         """[(check, great_expectations expectation)] over check_columns' columns."""
         return []
 
-    def reason(self, check: str, row: dict, p, found) -> str:
-        """Why a file fails one of the task's file checks (found: check_columns' findings)."""
+    def reason(self, check: str, row: dict, p, findings) -> str:
+        """Why a file fails one of the task's file checks (findings: what check_columns
+        returned beside its columns)."""
         return check
 
     def dataset_findings(self, usable: list, p, offenders) -> dict:

@@ -62,7 +62,7 @@ class Classification(Task):
     def file_expectations(self, p):
         return checks.file_expectations(p)
 
-    def reason(self, check, row, p, found):
+    def reason(self, check, row, p, findings):
         return f"unexpected class {row['label']} (validate.classes)"  # its one file check
 
     def dataset_findings(self, usable, p, offenders):

@@ -97,8 +97,8 @@ class Detection(Task):
         return row["boxes"]
 
     def check_columns(self, rows, ok, p):
-        """The columns, and the offending boxes {check: {path: [(where, why)]}} that reason()
-        names."""
+        """The columns, and the findings: the offending boxes {check: {path: [(where, why)]}}
+        that reason() names."""
         sizes = [checks.size_matches(r) if g else None for r, g in zip(rows, ok, strict=True)]
         # a box normalised by a size the file does not have is judged by coco_size_mismatch
         # alone: its pixel sizes (box_too_small) would be wrong
@@ -129,7 +129,7 @@ class Detection(Task):
             column="declared_size_match", value_set=[True])))
         return out
 
-    def reason(self, check, row, p, found):
+    def reason(self, check, row, p, findings):
         if check == "no_labels":
             return "no boxes: a background image" + (" (no label file)" if row["boxes"] == ""
                                                       else "")
@@ -140,7 +140,7 @@ class Detection(Task):
         if check == "coco_size_mismatch":
             return checks.size_reason(row)
         return "; ".join(f"{'line ' if isinstance(at, int) else ''}{at}: {why}"
-                         for at, why in found.get(check, {}).get(row["path"], []))
+                         for at, why in findings.get(check, {}).get(row["path"], []))
 
     def dataset_metrics(self, usable):
         """metrics/validation.json: `images_per_class` (images holding at least one box of

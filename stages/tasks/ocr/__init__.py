@@ -123,7 +123,7 @@ class OCR(Task):
     def file_expectations(self, p):
         return checks.file_expectations(p)
 
-    def reason(self, check, row, p, found):
+    def reason(self, check, row, p, findings):
         return checks.reason(check, row, p, self.geometry)
 
     def prepare_meta(self, splits):

@@ -82,7 +82,7 @@ class Segmentation(Task):
     def file_expectations(self, p):
         return gate.file_expectations(p)
 
-    def reason(self, check, row, p, found):
+    def reason(self, check, row, p, findings):
         return gate.reason(check, row)
 
     def dataset_findings(self, usable, p, offenders):
