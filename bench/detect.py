@@ -56,6 +56,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
     import torch
 
     from bench.paired import paired_fit, rates
+    from stages.lib.models import forward_loss
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import draw
@@ -88,7 +89,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
 
     def bare_step(idx) -> float:
         tic = time.perf_counter()
-        loss = TASK.forward_loss(bare, x[idx], y[idx], p)
+        loss = forward_loss(bare, x[idx], y[idx], TASK.loss, p)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

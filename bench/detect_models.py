@@ -3,7 +3,7 @@ the same run: torchvision's fasterrcnn_mobilenet_v3_large_320_fpn and
 ssdlite320_mobilenet_v3_large (and with --all fcos_resnet50_fpn, retinanet_resnet50_fpn),
 from scratch, at the built-in sample's 160 px, batch 8 by default.
 
-One step is what the train stage does per batch: Detection.forward_loss (torchvision's: the
+One step is what the train stage does per batch: models.forward_loss (torchvision's: the
 targets inside the forward, the loss dict summed), backward, AdamW step. The models take turns
 step by step (round robin), so this machine's drifting speed hits them alike; the first round
 is warm-up. Prints each model's images/s (median over the timed rounds), its ratio to
@@ -33,6 +33,7 @@ def main(rounds, batch, size, every, threads):
     import numpy as np
     import torch
 
+    from stages.lib.models import forward_loss
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import SIZE, draw
@@ -66,7 +67,7 @@ def main(rounds, batch, size, every, threads):
     for r in range(rounds + 1):
         for name in names:
             tic = time.perf_counter()
-            loss = TASK.forward_loss(models[name], x, y, p)
+            loss = forward_loss(models[name], x, y, TASK.loss, p)
             opts[name].zero_grad(set_to_none=True)
             loss.backward()
             opts[name].step()

@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, write_bytes, write_folder, write_json
-from stages.lib.params import load, params_option
+from stages.lib.params import load, load_all, params_option
 
 MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
@@ -253,6 +253,7 @@ def main(params_path):
     kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
     from stages.lib.cores import stage_threads
     from stages.lib.formats import FOLDERS, NOTE, disabled_note, onnx_bytes
+    from stages.lib.models import export_batch
     from stages.lib.provenance import export_provenance, run_record, write_run_record
     from stages.lib.shards import load_test
 
@@ -266,14 +267,15 @@ def main(params_path):
         x, paths = x.head(p.parity_samples), paths[:p.parity_samples]  # still a lazy view
     exported = with_test_hook(model)
     others = [f for f in p.formats if f != "onnx"] + (["torchscript"] if p.torchscript else [])
-    if task.export_batch(model) and others:
+    if export_batch(model) and others:
         raise StageError(f"export: {meta['model']} exports only to ONNX, traced at a fixed "
                          f"batch size ({', '.join(others)} not supported for it); set "
                          f"export.formats: [onnx] and export.torchscript: false.")
     origin = export_provenance(params_path, code_files(task), MODEL)
     widths = bucket_widths(p, task, meta)
-    blob = onnx_bytes(exported, meta, task, {**task.export_metadata(params_path), **origin,
-                                             **onnx_extra(p, task, meta)})
+    metadata = {**task.export_metadata(load_all(params_path)), **origin,
+                **onnx_extra(p, task, meta)}
+    blob = onnx_bytes(exported, meta, task, metadata)
     reference, metrics, errors = onnx_parity(p, params_path, task, model, blob, x, paths,
                                              widths, threads)
     metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.params import params_option
+from stages.lib.params import load, params_option
 
 OUT = Path("data/sample")
 
@@ -23,7 +23,7 @@ def main(params_path):
     tmp = OUT.with_name(OUT.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     n = 0
-    for rel, data in task.sample(params_path):
+    for rel, data in task.sample(load("sample", params_path)):
         target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

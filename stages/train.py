@@ -339,12 +339,14 @@ def batch_backward(p, run, xb, yb, device) -> float:
     fp16): the loss's value."""
     import torch
 
+    from stages.lib.models import forward_loss
+
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
     xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
     autocast = torch.autocast(torch.device(device).type, dtype=dtype) if dtype \
         else contextlib.nullcontext()
     with autocast:
-        loss = run["task"].forward_loss(run["model"], xb, yb, p)
+        loss = forward_loss(run["model"], xb, yb, run["task"].loss, p)
     scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
     (run["scaler"].scale(scaled) if p.precision == "fp16" else scaled).backward()
     return loss.item()

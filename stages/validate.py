@@ -58,6 +58,7 @@ def file_frame(rows, p, task):
             labels_of[r["sha256"]].add(key)
     copies = Counter(r["sha256"] for r, good in zip(rows, ok, strict=True) if good)
     conflict = [good and len(labels_of[r["sha256"]]) > 1 for r, good in zip(rows, ok, strict=True)]
+    columns, findings = task.check_columns(rows, ok, p)
     return pd.DataFrame({
         "path": [r["path"] for r in rows],
         "ingest_error": [error_check(r, task) for r in rows],
@@ -75,8 +76,8 @@ def file_frame(rows, p, task):
         "frames": [num(r["frames"]) if g else None for r, g in zip(rows, ok, strict=True)],
         "ext_format": [EXTENSIONS.get(Path(r["path"]).suffix.lower()) if g else None
                        for r, g in zip(rows, ok, strict=True)],
-        **task.check_columns(rows, ok, p),
-    }), labels_of
+        **columns,
+    }), labels_of, findings
 
 
 def file_suite(p, task):
@@ -105,7 +106,7 @@ def file_suite(p, task):
 
 def reason(check: str, row: dict, p, extra: dict, task) -> str:
     if check in task.checks:
-        return task.reason(check, row, p)
+        return task.reason(check, row, p, extra["findings"])
     w, h = row["width"], row["height"]
     return {
         "format": f"unsupported format {row['format']} (validate.formats: {', '.join(p.formats)})",
@@ -133,7 +134,7 @@ def check_all(rows, p, task) -> dict:
     from stages.lib.groups import near_duplicate_pairs
 
     by_path = {r["path"]: r for r in rows}
-    frame, labels_of = file_frame(rows, p, task)
+    frame, labels_of, findings = file_frame(rows, p, task)
     found = checks.offenders(frame, file_suite(p, task), "path")
     pairs = near_duplicate_pairs(rows, p.near_dup_distance)
     near = defaultdict(list)
@@ -141,7 +142,8 @@ def check_all(rows, p, task) -> dict:
         near[a].append(f"{b} (distance {d})")
         near[b].append(f"{a} (distance {d})")
     found["near_duplicate"] = sorted(near)
-    extra = {"near": near, "labels_of": labels_of, "paths_of": defaultdict(list)}
+    extra = {"near": near, "labels_of": labels_of, "paths_of": defaultdict(list),
+             "findings": findings}
     for r in rows:
         if not r["error"]:
             extra["paths_of"][r["sha256"]].append(r["path"])

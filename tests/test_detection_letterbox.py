@@ -145,15 +145,16 @@ def test_letterbox_param_resolves_per_task(tmp_path):
 def test_export_threshold_defaults_to_evaluate(tmp_path):
     import yaml
 
+    from stages.lib.params import load_all
     from stages.tasks.detection import export_threshold
 
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"task": "detection", "evaluate": {"score_threshold": 0.4}}))
-    assert export_threshold(path) == 0.4
+    assert export_threshold(load_all(path)) == 0.4
     path.write_text(yaml.safe_dump({"task": "detection", "evaluate": {"score_threshold": 0.4},
                                     "export": {"score_threshold": 0.25}}))
-    assert export_threshold(path) == 0.25
-    assert TASK.export_metadata(path)["score_threshold"] == 0.25
+    assert export_threshold(load_all(path)) == 0.25
+    assert TASK.export_metadata(load_all(path))["score_threshold"] == 0.25
 
 
 def test_a_drafted_jpeg_letterboxes_with_the_original_geometry(tmp_path):

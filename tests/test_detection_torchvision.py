@@ -72,6 +72,7 @@ def test_torchvision_detector_trains_evaluates_and_exports(detection_project, tm
 def test_wrapper_takes_targets_in_train_and_gives_rows_in_eval(name):
     import torch
 
+    from stages.lib.models import export_batch, forward_loss
     from stages.tasks.detection import TASK
     from stages.tasks.detection.model import build_model
     from stages.tasks.detection.torchvision_detectors import PAD_SCORE, TOP_K
@@ -83,7 +84,7 @@ def test_wrapper_takes_targets_in_train_and_gives_rows_in_eval(name):
     y[0, 0] = torch.tensor([2, 10, 12, 30, 40])  # one box; image 2 is background
     y[0, 1] = torch.tensor([1, 20, 20, 20, 30])  # zero width: left out, not an error
     model.train()
-    loss = TASK.forward_loss(model, x, y, None)
+    loss = forward_loss(model, x, y, TASK.loss, None)
     assert loss.ndim == 0 and torch.isfinite(loss)
     loss.backward()
     assert any(q.grad is not None and q.grad.abs().sum() > 0 for q in model.parameters())
@@ -94,7 +95,7 @@ def test_wrapper_takes_targets_in_train_and_gives_rows_in_eval(name):
     real = rows[..., 4] != PAD_SCORE
     assert ((rows[..., 5][real] >= 0) & (rows[..., 5][real] < 3)).all()  # our class ids
     assert (rows[..., 4][real] >= 0.001).all()
-    assert TASK.export_batch(model) == 1 and TASK.export_batch(build_model(
+    assert export_batch(model) == 1 and export_batch(build_model(
         "centernet_small", 3, 3, 64)) == 0
 
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from stages.lib.models import forward_loss
 from stages.lib.params import Train
 from stages.tasks import get
 
@@ -81,7 +82,7 @@ def on_fake_cuda(task_name: str, model_name: str | None = None):
             model = model.to("cuda")
             xc, yc = x.to("cuda"), y.to("cuda")
             model.train()
-            loss = task.forward_loss(model, xc, yc, p)
+            loss = forward_loss(model, xc, yc, task.loss, p)
             model.eval()
             out = model(xc)
             return loss.device, out.device

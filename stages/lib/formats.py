@@ -35,7 +35,7 @@ NAMES = {"onnx": "ONNX (onnxruntime)", "openvino": "OpenVINO", "onnx_int8": "ONN
 NO_CUDA = "skipped: no CUDA device"
 CALIBRATION_STREAM = 1  # the calibration sample's rng: default_rng([train.seed, this])
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
-TRACED_OPSET = 17  # a model exported by tracing (Task.export_batch): RoIAlign needs >= 16
+TRACED_OPSET = 17  # a model exported by tracing (models.export_batch): RoIAlign needs >= 16
 
 
 def disabled_note(fmt: str) -> bytes:
@@ -81,13 +81,14 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
 
     from stages.lib.images import input_hw
     from stages.lib.io import StageError, scratch_dir
+    from stages.lib.models import export_batch
     from stages.lib.onnx_clean import strip_source_paths
 
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
     axes = {0: torch.export.Dim("batch")}
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
-    fixed = task.export_batch(model)
+    fixed = export_batch(model)
     # the exporter writes only to a file: one in a scratch folder (a full TMPDIR: one line)
     with scratch_dir("export: the ONNX export") as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -209,3 +209,23 @@ def describe_init(report: dict, limit: int = 8) -> str:
     parts = [f"{len(report['loaded'])} loaded"] + [names(k) for k in
                                                     ("reinitialised", "missing", "unexpected")]
     return ", ".join(x for x in parts if x)
+
+
+def forward_loss(model, x, targets, loss, p):
+    """One train step's forward and loss, as the shared loop calls it (under autocast; model may
+    be DDP-wrapped). By default loss(model(x), targets, p), loss being the task's. A model that
+    says it `takes_targets` (torchvision's detectors) is called with the targets instead, through
+    DDP when wrapped, and returns a dict of losses: their sum."""
+    if getattr(getattr(model, "module", model), "takes_targets", False):
+        return sum(model(x, targets).values())
+    return loss(model(x), targets, p)
+
+
+def export_batch(model) -> int:
+    """0 (most models): model exports with torch.export (dynamo) and a dynamic batch axis.
+    n > 0: a module of it says `export_batch = n` (torchvision's detectors: 1): it exports
+    only by tracing (dynamo=False, opset 17) at a fixed batch size of n; the ONNX runners feed
+    it n images at a time, and the other formats (TorchScript, OpenVINO, int8, TensorRT) are
+    refused. Any module counts, so a model wrapped for export (export's test hook) still says
+    it."""
+    return next((m.export_batch for m in model.modules() if getattr(m, "export_batch", 0)), 0)

@@ -40,8 +40,10 @@ def compare(reference, candidate, atol: float, rtol: float, task, params_path=No
     """
     import numpy as np
 
+    from stages.lib.params import load_all
+
     n = len(reference)
-    custom = task.parity(reference, candidate, params_path) if params_path else None
+    custom = task.parity(reference, candidate, load_all(params_path)) if params_path else None
     if custom is not None:
         abs_diff, agree = custom
         return {"abs": abs_diff, "rel": abs_diff, "excess": np.where(agree, -1.0, 0.0),

@@ -9,6 +9,13 @@ A task subclasses `Task`, overrides what differs from the defaults below, and is
 `TASK` in `stages/tasks/<name>/__init__.py`. Keep torch and other heavy imports inside methods:
 stages look the task up after parsing their options, but `--help` must stay instant.
 
+A hook gets typed params (stages/lib/params.py): its section's (`p`), or every section's as
+{section: params} (`params`), never a params file to read. The one instance is shared by every
+caller: what one hook finds for another is returned and passed back (check_columns' findings
+to reason), not kept on it (configure() alone sets it up, before validate's checks). What a
+model does (a forward that takes the targets, a fixed export batch) its model says, not the
+task: stages/lib/models.py reads it.
+
 The order of the sections follows the pipeline.
 """
 from dataclasses import dataclass, field
@@ -186,8 +193,9 @@ class Task:
 
     # ---- sample: the built-in dataset, byte-identical on every machine
 
-    def sample(self, params_path):
-        """Yield (relative path, bytes) of the built-in sample, in a fixed order."""
+    def sample(self, p):
+        """Yield (relative path, bytes) of the built-in sample, in a fixed order (p: the
+        sample section's params)."""
         raise NotImplementedError(f"task {self.name} has no built-in sample")
 
     # ---- ingest
@@ -203,16 +211,18 @@ class Task:
         """What the file is annotated as: the same bytes under two keys is a label conflict."""
         return "\t".join(row[f] for f in self.annotation_fields)
 
-    def check_columns(self, rows: list, ok: list, p) -> dict:
-        """Extra columns of the per-file table validate checks (None where a check skips)."""
-        return {}
+    def check_columns(self, rows: list, ok: list, p) -> tuple:
+        """(extra columns of the per-file table validate checks (None where a check skips),
+        findings: what reason() needs beyond the row, passed back to it; None by default)."""
+        return {}, None
 
     def file_expectations(self, p) -> list:
         """[(check, great_expectations expectation)] over check_columns' columns."""
         return []
 
-    def reason(self, check: str, row: dict, p) -> str:
-        """Why a file fails one of the task's file checks."""
+    def reason(self, check: str, row: dict, p, findings) -> str:
+        """Why a file fails one of the task's file checks (findings: what check_columns
+        returned beside its columns)."""
         return check
 
     def dataset_findings(self, usable: list, p, offenders) -> dict:
@@ -276,14 +286,10 @@ class Task:
         return augment(x, p, seed), y
 
     def loss(self, outputs, targets, p):
-        """The training loss (a scalar tensor) of one batch."""
+        """The training loss (a scalar tensor) of one batch: the shared loop calls
+        loss(model(x), targets, p) (stages/lib/models.py forward_loss, which sums the losses
+        of a model that takes the targets itself instead)."""
         raise NotImplementedError
-
-    def forward_loss(self, model, x, targets, p):
-        """One train step's forward and loss, as the shared loop calls it (under autocast;
-        model may be DDP-wrapped). Default: loss(model(x), targets). A model that needs the
-        targets in its forward (torchvision's detectors) is called here instead."""
-        return self.loss(model(x), targets, p)
 
     def val_sums(self, outputs, targets) -> tuple:
         """(sum of the loss, sum of the metric) over a validation batch; train divides by n."""
@@ -304,27 +310,22 @@ class Task:
 
         return np.ones(len(reference), dtype=bool)
 
-    def parity(self, reference, candidate, params_path):
+    def parity(self, reference, candidate, params: dict):
         """None (the default: export compares the outputs element by element, within
         export.atol/rtol), or per item (max |difference| that counts, agrees): a task whose
         outputs are not comparable element by element (detection: boxes matched one to one)
-        decides itself; an item fails when it disagrees."""
+        decides itself; an item fails when it disagrees. params: {section: typed params}."""
         return None
 
     # keys of export_metadata that predict and serve read into model.meta when an exported
     # model carries them (detection: score_threshold, the default of --score-threshold)
     decode_metadata: tuple = ()
 
-    def export_batch(self, model) -> int:
-        """0 (the default): model exports with torch.export (dynamo) and a dynamic batch
-        axis. n > 0: it exports only by tracing (dynamo=False, opset 17) at a fixed batch
-        size of n (torchvision's detectors: 1); the ONNX runners feed it n images at a time,
-        and the other formats (TorchScript, OpenVINO, int8, TensorRT) are refused."""
-        return 0
-
-    def export_metadata(self, params_path) -> dict:
+    def export_metadata(self, params: dict) -> dict:
         """Extra ONNX metadata of the task's (detection: the decoding's score and NMS
-        thresholds), JSON-encoded like the rest. Default: none."""
+        thresholds), JSON-encoded like the rest; params: {section: typed params}. Default:
+        none. (Whether a model exports at a fixed batch its model says: stages/lib/models.py
+        export_batch.)"""
         return {}
 
     def describe(self, outputs_row) -> str:

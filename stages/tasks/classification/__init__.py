@@ -42,11 +42,10 @@ class Classification(Task):
         return (f"train.model: {name!r} is a {owner} model; classification builds small_cnn "
                 f"(its default) or a torchvision classifier such as resnet18")
 
-    def sample(self, params_path):
-        from stages.lib.params import load
+    def sample(self, p):
         from stages.tasks.classification.sample import digit_images
 
-        return digit_images(load("sample", params_path).per_class)
+        return digit_images(p.per_class)
 
     def read_annotations(self, source, listing):
         return annotations.read_annotations(source, listing)
@@ -58,12 +57,12 @@ class Classification(Task):
         return row["label"]
 
     def check_columns(self, rows, ok, p):
-        return checks.check_columns(rows, ok, p)
+        return checks.check_columns(rows, ok, p), None
 
     def file_expectations(self, p):
         return checks.file_expectations(p)
 
-    def reason(self, check, row, p):
+    def reason(self, check, row, p, findings):
         return f"unexpected class {row['label']} (validate.classes)"  # its one file check
 
     def dataset_findings(self, usable, p, offenders):

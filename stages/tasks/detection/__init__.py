@@ -62,14 +62,10 @@ class Detection(Task):
     channels = (3, "auto")
     min_image_size = 32
 
-    def __init__(self):
-        self._found = {}
-
-    def sample(self, params_path):
-        from stages.lib.params import load
+    def sample(self, p):
         from stages.tasks.detection.sample import shapes
 
-        return shapes(load("sample", params_path).images or 1000)
+        return shapes(p.images or 1000)
 
     def read_annotations(self, source, listing):
         from stages.tasks.detection.annotations import read_annotations
@@ -101,24 +97,23 @@ class Detection(Task):
         return row["boxes"]
 
     def check_columns(self, rows, ok, p):
-        """Extra columns of the per-file table validate checks (None where a check skips).
-        Also caches the box findings in self._found, which reason() reads for the why of each
-        box check."""
+        """The columns, and the findings: the offending boxes {check: {path: [(where, why)]}}
+        that reason() names."""
         sizes = [checks.size_matches(r) if g else None for r, g in zip(rows, ok, strict=True)]
         # a box normalised by a size the file does not have is judged by coco_size_mismatch
         # alone: its pixel sizes (box_too_small) would be wrong
         ok = [g and s is not False for g, s in zip(ok, sizes, strict=True)]
-        self._found = checks.box_findings(rows, ok, p)
+        found = checks.box_findings(rows, ok, p)
         cols = {"declared_size_match": sizes}
         for check in checks.BOX_CHECKS:
-            bad = self._found.get(check, {})
+            bad = found.get(check, {})
             cols[f"boxes_{check}"] = [len(bad.get(r["path"], ())) if g else None
                                       for r, g in zip(rows, ok, strict=True)]
         cols["box_count"] = [len(checks.boxes_of(r)) if g else None
                              for r, g in zip(rows, ok, strict=True)]
         cols["label_file"] = [(0 if r["boxes"] == "" else 1) if g and p.require_labels else None
                               for r, g in zip(rows, ok, strict=True)]
-        return cols
+        return cols, found
 
     def file_expectations(self, p):
         import great_expectations as gx
@@ -134,7 +129,7 @@ class Detection(Task):
             column="declared_size_match", value_set=[True])))
         return out
 
-    def reason(self, check, row, p):
+    def reason(self, check, row, p, findings):
         if check == "no_labels":
             return "no boxes: a background image" + (" (no label file)" if row["boxes"] == ""
                                                       else "")
@@ -145,7 +140,7 @@ class Detection(Task):
         if check == "coco_size_mismatch":
             return checks.size_reason(row)
         return "; ".join(f"{'line ' if isinstance(at, int) else ''}{at}: {why}"
-                         for at, why in self._found.get(check, {}).get(row["path"], []))
+                         for at, why in findings.get(check, {}).get(row["path"], []))
 
     def dataset_metrics(self, usable):
         """metrics/validation.json: `images_per_class` (images holding at least one box of
@@ -213,15 +208,12 @@ class Detection(Task):
         return build_model(name, len(meta["classes"]), meta["channels"], meta["image_size"])
 
     def head(self, model):
-        if getattr(model, "takes_targets", False):  # torchvision's: the class/box predictor
-            return ("detector.roi_heads.box_predictor" if "rcnn" in model.name
-                    else "detector.head")
-        return "head"  # a conv block and the 1x1 conv to C heatmaps + 4 box maps
+        """The model says it (model.py, torchvision_detectors.py: head_module)."""
+        return model.head_module
 
     def lora_targets(self, model):
-        if getattr(model, "takes_targets", False):
-            return ["detector.backbone*"]
-        return ["stem", "c2", "c3", "c4", "c5", "lat", "smooth"]  # backbone and FPN neck
+        """The model says it: backbone and neck (lora_patterns)."""
+        return list(model.lora_patterns)
 
     def augment(self, x, y, p, seed):
         from stages.tasks.detection.augment import augment
@@ -232,13 +224,6 @@ class Detection(Task):
         from stages.tasks.detection.model import loss
 
         return loss(outputs, targets, outputs.shape[1] - 4)
-
-    def forward_loss(self, model, x, targets, p):
-        """torchvision's detectors (torchvision_detectors.py) take the targets in their
-        forward and return a dict of losses: called so (through DDP when wrapped), summed."""
-        if getattr(getattr(model, "module", model), "takes_targets", False):
-            return sum(model(x, targets).values())
-        return self.loss(model(x), targets, p)
 
     def val_sums(self, outputs, targets):
         """Eval-mode outputs are decoded detections: the metric is the batch's mAP50 (train
@@ -263,7 +248,7 @@ class Detection(Task):
 
     # ---- export
 
-    def parity(self, reference, candidate, params_path):
+    def parity(self, reference, candidate, params):
         """Per image: (max |difference| of the matched detections' boxes and scores, whether
         they agree). Every detection at or above export.score_threshold (null:
         evaluate.score_threshold) on either side must
@@ -276,7 +261,7 @@ class Detection(Task):
 
         from stages.tasks.detection.boxes import detections, match
 
-        t = export_threshold(params_path)
+        t = export_threshold(params)
         loose = max(0.0, t - SCORE_TOL)
         diff = np.zeros(len(reference))
         agree = np.ones(len(reference), dtype=bool)
@@ -298,18 +283,14 @@ class Detection(Task):
 
     decode_metadata = ("score_threshold",)
 
-    def export_batch(self, model):
-        """torchvision's detectors take a Python list of images: they trace at batch 1."""
-        return 1 if any(getattr(m, "takes_targets", False) for m in model.modules()) else 0
-
-    def export_metadata(self, params_path):
+    def export_metadata(self, params):
         """The decoding a consumer of the ONNX graph applies to its N x K x 6 rows: keep
         scores >= score_threshold (export.score_threshold, or evaluate's when null; also
         predict's and serve's default), then class-wise NMS at nms_iou. (The letterbox
         and input size are the model's preprocessing keys, written beside these.)"""
         from stages.tasks.detection.boxes import NMS_IOU
 
-        return {"score_threshold": export_threshold(params_path), "nms_iou": NMS_IOU}
+        return {"score_threshold": export_threshold(params), "nms_iou": NMS_IOU}
 
     def describe(self, outputs_row):
         from stages.tasks.detection.boxes import detections
@@ -343,12 +324,11 @@ class Detection(Task):
         return report.sections(facts)
 
 
-def export_threshold(params_path) -> float:
-    """export.score_threshold, or evaluate.score_threshold when it is null."""
-    from stages.lib.params import load
-
-    own = load("export", params_path).score_threshold
-    return load("evaluate", params_path).score_threshold if own is None else own
+def export_threshold(params: dict) -> float:
+    """export.score_threshold, or evaluate.score_threshold when it is null (params: {section:
+    typed params})."""
+    own = params["export"].score_threshold
+    return params["evaluate"].score_threshold if own is None else own
 
 
 TASK = Detection()

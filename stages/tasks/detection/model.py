@@ -33,6 +33,9 @@ class CenterNet(nn.Module):
     (two convs in stage 2, a smoothing conv, a 64-channel head); this one is about 1.3x faster
     (docs/benchmarks.md)."""
 
+    head_module = "head"  # a conv block and the 1x1 conv to C heatmaps + 4 box maps
+    lora_patterns = ("stem", "c2", "c3", "c4", "c5", "lat", "smooth")  # backbone and FPN neck
+
     def __init__(self, num_classes: int, channels: int = 3, widths=(16, 32, 64, 96, 128),
                  neck: int = 32, head: int = 48, top_k: int = TOP_K):
         super().__init__()

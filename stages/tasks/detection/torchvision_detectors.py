@@ -7,14 +7,19 @@ stages/lib/models.py align_names). The wrapper makes them look like our own dete
 - input: the pipeline's normalised N x 3 x S x S batch. torchvision's own transform is set to
   neither normalise again (mean 0, std 1) nor resize (its size is S: prepare.image_size);
 - train mode: `forward(x, targets)` with our N x M x 5 [class, x1, y1, x2, y2] targets (class
-  -1: padding) returns torchvision's dict of losses; Detection.forward_loss sums it, so the
-  shared loop (DDP, AMP, accumulation, resume) runs them unchanged;
+  -1: padding) returns torchvision's dict of losses; the shared loop's forward_loss
+  (stages/lib/models.py) sees `takes_targets` and sums it, so the loop (DDP, AMP,
+  accumulation, resume) runs them unchanged;
 - eval mode: N x TOP_K x 6 [x1, y1, x2, y2, score, class] rows, best first, padded with
   score -1 rows: what evaluate, export, predict, serve and the parity gate consume.
 
 Export: torchvision's detectors trace (`dynamo=False`, opset 17) at a fixed batch size of 1 (the
-images of a batch are a Python list in their forward); the ONNX runners feed such a graph one
-image at a time (stages/lib/formats.py onnx_runner, tools/inference.py).
+images of a batch are a Python list in their forward: `export_batch`, read by
+stages/lib/models.py); the ONNX runners feed such a graph one image at a time
+(stages/lib/formats.py onnx_runner, tools/inference.py).
+
+Fine-tuning: the head is the class/box predictor (`head_module`), LoRA adapts the backbone
+(`lora_patterns`); Detection.head and lora_targets read them off the model.
 """
 import torch
 from torch import nn
@@ -58,13 +63,20 @@ def build(name: str, num_classes: int, image_size: int):
 
 
 class TorchvisionDetector(nn.Module):
-    takes_targets = True  # Detection.forward_loss: call model(x, targets), sum the losses
+    takes_targets = True  # stages/lib/models.py forward_loss: model(x, targets), losses summed
+    export_batch = 1  # traced at batch 1 (stages/lib/models.py export_batch)
+    lora_patterns = ("detector.backbone*",)  # what train.lora_targets: [] adapts
 
     def __init__(self, name: str, num_classes: int, image_size: int, top_k: int = TOP_K):
         super().__init__()
         self.name, self.num_classes, self.top_k = name, num_classes, top_k
         self.offset = int(name in BACKGROUND)  # torchvision's label of our class 0
         self.detector = build(name, num_classes, image_size)
+
+    @property
+    def head_module(self) -> str:
+        """The module fine-tuning re-initialises and keeps trainable: the class/box predictor."""
+        return "detector.roi_heads.box_predictor" if "rcnn" in self.name else "detector.head"
 
     def forward(self, x, targets=None):
         images = list(x.unbind(0))

@@ -106,11 +106,10 @@ class OCR(Task):
                 ("prepare.mean", "auto", "per channel, the prepared train split's"),
                 ("prepare.std", "auto", "per channel, the prepared train split's")]
 
-    def sample(self, params_path):
-        from stages.lib.params import load
+    def sample(self, p):
         from stages.tasks.ocr.sample import LINES, text_lines
 
-        return text_lines(load("sample", params_path).lines or LINES)
+        return text_lines(p.lines or LINES)
 
     def read_annotations(self, source, listing):
         return annotations.read_annotations(source, listing)
@@ -119,12 +118,12 @@ class OCR(Task):
         return row["text"]
 
     def check_columns(self, rows, ok, p):
-        return checks.check_columns(rows, ok, p, self.geometry)
+        return checks.check_columns(rows, ok, p, self.geometry), None
 
     def file_expectations(self, p):
         return checks.file_expectations(p)
 
-    def reason(self, check, row, p):
+    def reason(self, check, row, p, findings):
         return checks.reason(check, row, p, self.geometry)
 
     def prepare_meta(self, splits):

@@ -59,11 +59,10 @@ class Segmentation(Task):
                        f"(or auto)")
         return out
 
-    def sample(self, params_path):
-        from stages.lib.params import load
+    def sample(self, p):
         from stages.tasks.segmentation.sample import sample_files
 
-        return sample_files(load("sample", params_path).images)
+        return sample_files(p.images)
 
     def read_annotations(self, source, listing):
         return annotations.read_annotations(source, listing)
@@ -78,12 +77,12 @@ class Segmentation(Task):
         return row["mask_sha256"]
 
     def check_columns(self, rows, ok, p):
-        return gate.check_columns(rows, ok, p)
+        return gate.check_columns(rows, ok, p), None
 
     def file_expectations(self, p):
         return gate.file_expectations(p)
 
-    def reason(self, check, row, p):
+    def reason(self, check, row, p, findings):
         return gate.reason(check, row)
 
     def dataset_findings(self, usable, p, offenders):

@@ -16,11 +16,10 @@ class Brightness(Task):
     headline_metric = "mae"
     task_keys = ("sample.per_class",)  # its sample is classification's digits
 
-    def sample(self, params_path):  # the digits, as classification writes them
-        from stages.lib.params import load
+    def sample(self, p):  # the digits, as classification writes them
         from stages.tasks.classification.sample import digit_images
 
-        return digit_images(load("sample", params_path).per_class)
+        return digit_images(p.per_class)
 
     def encoder(self, meta):
         return lambda row, pixels: float(pixels.mean()) / 255.0
