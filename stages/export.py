@@ -252,8 +252,7 @@ def main(params_path):
 
     kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
     from stages.lib.cores import stage_threads
-    from stages.lib.formats import FOLDERS, NOTE, disabled_note, onnx_bytes
-    from stages.lib.models import export_batch
+    from stages.lib.formats import FOLDERS, NOTE, disabled_note, export_batch, onnx_bytes
     from stages.lib.provenance import export_provenance, run_record, write_run_record
     from stages.lib.shards import load_test
 

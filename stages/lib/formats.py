@@ -35,7 +35,7 @@ NAMES = {"onnx": "ONNX (onnxruntime)", "openvino": "OpenVINO", "onnx_int8": "ONN
 NO_CUDA = "skipped: no CUDA device"
 CALIBRATION_STREAM = 1  # the calibration sample's rng: default_rng([train.seed, this])
 PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
-TRACED_OPSET = 17  # a model exported by tracing (models.export_batch): RoIAlign needs >= 16
+TRACED_OPSET = 17  # a model exported by tracing (export_batch below): RoIAlign needs >= 16
 
 
 def disabled_note(fmt: str) -> bytes:
@@ -72,6 +72,16 @@ def letterbox_key(meta) -> tuple:
     return ("letterbox",) if "letterbox" in meta else ()
 
 
+def export_batch(model) -> int:
+    """0 (most models): model exports with torch.export (dynamo) and a dynamic batch axis.
+    n > 0: a module of it says `export_batch = n` (torchvision's detectors: 1): it exports
+    only by tracing (dynamo=False, opset 17) at a fixed batch size of n; the ONNX runners feed
+    it n images at a time, and the other formats (TorchScript, OpenVINO, int8, TensorRT) are
+    refused. Any module counts, so a model wrapped for export (export's test hook) still says
+    it."""
+    return next((m.export_batch for m in model.modules() if getattr(m, "export_batch", 0)), 0)
+
+
 def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     """Export to ONNX in memory; metadata holds everything a consumer needs to preprocess."""
     import warnings
@@ -81,7 +91,6 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
 
     from stages.lib.images import input_hw
     from stages.lib.io import StageError, scratch_dir
-    from stages.lib.models import export_batch
     from stages.lib.onnx_clean import strip_source_paths
 
     example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))

@@ -219,13 +219,3 @@ def forward_loss(model, x, targets, loss, p):
     if getattr(getattr(model, "module", model), "takes_targets", False):
         return sum(model(x, targets).values())
     return loss(model(x), targets, p)
-
-
-def export_batch(model) -> int:
-    """0 (most models): model exports with torch.export (dynamo) and a dynamic batch axis.
-    n > 0: a module of it says `export_batch = n` (torchvision's detectors: 1): it exports
-    only by tracing (dynamo=False, opset 17) at a fixed batch size of n; the ONNX runners feed
-    it n images at a time, and the other formats (TorchScript, OpenVINO, int8, TensorRT) are
-    refused. Any module counts, so a model wrapped for export (export's test hook) still says
-    it."""
-    return next((m.export_batch for m in model.modules() if getattr(m, "export_batch", 0)), 0)
