@@ -80,7 +80,6 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
     y = torch.from_numpy(np.stack(targets))
     meta = {"classes": ["circle", "square", "triangle"], "max_boxes": 8, "channels": 3,
             "image_size": 160}
-
     set_deterministic(p.deterministic)
     run = setup(p, meta, TASK)
     torch.manual_seed(p.seed)

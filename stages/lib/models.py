@@ -46,7 +46,7 @@ def read_model(path):
 
 
 def predict_outputs(model, x, batch_size: int = 256):
-    """model's first output as float32 numpy (a task's logits, boxes, masks or CTC frames) on a
+    """model's output as float32 numpy (a task's logits, boxes, masks or CTC frames) on a
     normalised numpy batch, batch_size samples at a time, in eval mode, no grad: a PyTorch
     model or a TorchScript module (stages.lib.formats.torchscript_module)."""
     import numpy as np
