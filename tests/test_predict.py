@@ -90,11 +90,11 @@ def max_pixels_defaults() -> list[int]:
     """The --max-pixels default of predict and of serve, as click resolves it here and now."""
     import click
 
-    from tools import predict as predict_tool
-    from tools import serve
+    from tools.predict.__main__ import main as predict_main
+    from tools.serve.__main__ import main as serve_main
 
     defaults = []
-    for command in (predict_tool.main, serve.main):
+    for command in (predict_main, serve_main):
         (param,) = [p for p in command.params if p.name == "max_pixels"]
         defaults.append(param.get_default(click.Context(command)))
     return defaults
