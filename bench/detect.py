@@ -67,7 +67,8 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import draw
-    from stages.train import make_optimizer, set_deterministic, setup
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer, setup
 
     torch.set_num_threads(threads)
     sp = Detection.sample_params
@@ -112,7 +113,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
 
     from stages.export import onnx_bytes
 
-    model = run["model"].eval()
+    model = run.model.eval()
     blob = onnx_bytes(model, {**meta, "image_size": 160, "mean": [0.5] * 3, "std": [0.25] * 3},
                       TASK)
     opts = ort.SessionOptions()

@@ -36,7 +36,8 @@ def train_ratio(epochs: int, samples: int) -> None:
     from stages.lib.params import Train
     from stages.tasks import get
     from stages.tasks.segmentation.model import build_model
-    from stages.train import make_optimizer, set_deterministic, setup
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer, setup
 
     task = get("segmentation")
     sp = task.sample_params

@@ -76,7 +76,8 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
     from stages.lib.params import load
     from stages.tasks import current
     from stages.tasks.classification.model import build_model
-    from stages.train import make_optimizer, set_deterministic, setup
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer, setup
 
     p = load("train", params_path)
     p = dataclasses.replace(p, epochs=epochs + 1, nproc=1)
