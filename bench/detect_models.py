@@ -37,7 +37,8 @@ def main(rounds, batch, size, every, threads):
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import SIZE, draw
-    from stages.train import make_optimizer, set_deterministic
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer
 
     torch.set_num_threads(threads)
     sp = Detection.sample_params

@@ -40,10 +40,10 @@ def measure(mode: str, model: str, batch: int, size: int, steps: int, weights: s
     p = Train(model=model, init_from=weights, adapter=mode, batch_size=batch)
     meta = {"classes": [str(i) for i in range(10)], "channels": 3, "image_size": size,
             "mean": [0.5] * 3, "std": [0.5] * 3}
-    from stages.train import setup
+    from stages.lib.loop import setup
 
     run = setup(p, meta, default_task(), device)
-    net, opt, task = run["model"], run["opt"], run["task"]
+    net, opt, task = run.model, run.opt, run.task
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(batch, 3, size, size, generator=gen).to(device)
     y = torch.randint(0, 10, (batch,), generator=gen).to(device)
@@ -69,8 +69,8 @@ def measure(mode: str, model: str, batch: int, size: int, steps: int, weights: s
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss0
     warm = max(1, steps // 4)
     return {"mode": mode, "device": device, "step_s": statistics.median(times[warm:]),
-            "peak_bytes": peak, "trainable": run["facts"]["params_trainable"],
-            "total": run["facts"]["params_total"], "threads": torch.get_num_threads()}
+            "peak_bytes": peak, "trainable": run.facts["params_trainable"],
+            "total": run.facts["params_total"], "threads": torch.get_num_threads()}
 
 
 @click.command()

@@ -39,7 +39,8 @@ def main(epochs, start_epochs, threads):
     """LoRA recipes against full fine-tuning (see the module docstring)."""
     import torch
 
-    from stages import train as T
+    from stages.lib import loop as T
+    from stages.lib.determinism import set_deterministic
     from stages.lib.shards import load_split
     from stages.lib.models import save_model
     from stages.lib.params import load
@@ -61,7 +62,7 @@ def main(epochs, start_epochs, threads):
             base = dataclasses.replace(load("train", "params.yaml"), model="resnet18")
         finally:
             os.chdir(here)
-        T.set_deterministic(True)
+        set_deterministic(True)
 
         def train(p, data, m):
             tic = time.perf_counter()
@@ -74,19 +75,19 @@ def main(epochs, start_epochs, threads):
         run, _ = train(dataclasses.replace(base, epochs=start_epochs),
                        (xtr[five], ytr[five], xva[five_val], yva[five_val]), meta5)
         start = Path(tmp) / "resnet5.pt"
-        save_model(start, run["model"], {**meta5, "model": "resnet18"})
+        save_model(start, run.model, {**meta5, "model": "resnet18"})
         print(f"start: resnet18, {start_epochs} epochs on digits 0-4, val accuracy "
-              f"{run['state']['history'][-1]['val_acc']:.3f}", flush=True)
+              f"{run.state['history'][-1]['val_acc']:.3f}", flush=True)
         results = {}
         for name, knobs in RUNS.items():
             p = dataclasses.replace(base, epochs=epochs, init_from=str(start), **knobs)
             run, seconds = train(p, (xtr, ytr, xva, yva), meta)
-            model = run["model"].eval()
+            model = run.model.eval()
             with torch.no_grad():
                 acc = float((model(xte).argmax(1) == yte).float().mean())
             results[name] = acc
-            facts = run["facts"]
-            curve = " ".join(f"{r['val_acc']:.3f}" for r in run["state"]["history"])
+            facts = run.facts
+            curve = " ".join(f"{r['val_acc']:.3f}" for r in run.state["history"])
             gap = 100 * (acc - results["full fine-tuning"])
             n, total = facts["params_trainable"], facts["params_total"]
             print(f"{name:24s} test accuracy {acc:.4f} ({gap:+.1f} points)  trainable "

@@ -32,7 +32,8 @@ def main(epochs, samples, threads, predict_rounds):
     from bench.paired import paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks.ocr import TASK
-    from stages.train import make_optimizer, set_deterministic, setup
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer, setup
 
     if threads:
         torch.set_num_threads(threads)
@@ -78,7 +79,7 @@ def main(epochs, samples, threads, predict_rounds):
     from stages.lib.formats import onnx_bytes
     from stages.tasks.ocr.ctc import greedy
 
-    model = run["model"].eval()
+    model = run.model.eval()
     session = ort.InferenceSession(onnx_bytes(model, meta, TASK),
                                    providers=["CPUExecutionProvider"])
     batch = x[:64].numpy()

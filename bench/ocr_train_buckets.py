@@ -31,7 +31,8 @@ def main(project, lines, epochs, threads):
     from stages.lib.params import Train
     from stages.lib.shards import load_split, load_widths
     from stages.tasks.ocr import TASK
-    from stages.train import evaluate_loss, set_deterministic, setup
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import evaluate_loss, setup
 
     if threads:
         torch.set_num_threads(threads)
@@ -56,7 +57,7 @@ def main(project, lines, epochs, threads):
                  "full": EpochBatches(x, y, epoch_order(n, p.seed, epoch), p.batch_size, p,
                                       epoch, TASK)}
         for run in runs.values():
-            run["model"].train()
+            run.model.train()
         for b in range(max(len(d) for d in plans.values())):
             for name, ds in plans.items():
                 if b >= len(ds):
@@ -64,14 +65,14 @@ def main(project, lines, epochs, threads):
                 run = runs[name]
                 tic = time.perf_counter()
                 idx, xb, yb = ds[b]
-                loss = TASK.loss(run["model"](xb), yb, p)
-                run["opt"].zero_grad(set_to_none=True)
+                loss = TASK.loss(run.model(xb), yb, p)
+                run.opt.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(run["model"].parameters(), p.grad_clip)
-                run["opt"].step()
+                torch.nn.utils.clip_grad_norm_(run.model.parameters(), p.grad_clip)
+                run.opt.step()
                 totals[name][0] += len(idx)
                 totals[name][1] += time.perf_counter() - tic
-        scores = {name: evaluate_loss(run["model"], xv, yv, TASK,
+        scores = {name: evaluate_loss(run.model, xv, yv, TASK,
                                       widths=val_widths if name == "buckets" else None)[1]
                   for name, run in runs.items()}
         click.echo(f"epoch {epoch + 1}: val CER buckets {scores['buckets']:.4f}, "

@@ -11,7 +11,7 @@ def paired_fit(p, run, data, bare_step) -> list[list[tuple[float, float, int]]]:
     """Per epoch, [(stage seconds, bare seconds, samples)] of every step; bare_step(idx) runs one
     bare step on the samples idx and returns its seconds."""
     from stages.lib import augment
-    from stages.train import fit
+    from stages.lib.loop import fit
 
     steps = []
     real_batches = augment.batches

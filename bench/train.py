@@ -2,7 +2,7 @@
 
 Both train the same model (train.model) with the same batch size, optimizer and data already
 in memory (random tensors of the default sample's shape: 1,257 grey 16x16 images, 10 classes),
-on the same number of threads, in this one process. The stage's loop is stages.train.fit with
+on the same number of threads, in this one process. The stage's loop is stages.lib.loop.fit with
 the default params (NaN/inf checks on loss and gradients, accumulation bookkeeping, LR
 schedule, progress bar); validation and checkpoint writes happen between epochs and are not
 timed.
@@ -67,7 +67,8 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
     from stages.lib.params import load
     from stages.tasks import current
     from stages.tasks.classification.model import build_model
-    from stages.train import make_optimizer, set_deterministic, setup
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer, setup
 
     p = load("train", params_path)
     p = dataclasses.replace(p, epochs=epochs + 1, nproc=1)

@@ -14,7 +14,8 @@ from stages.lib.models import init_from, save_model
 from stages.lib.params import Train
 from stages.tasks import default_task
 from stages.tasks.classification.model import build_model
-from stages.train import checkpoint, restore, setup
+from stages.lib.checkpoint import checkpoint, restore
+from stages.lib.loop import setup
 
 META = {"classes": [str(i) for i in range(10)], "image_size": 16, "channels": 1,
         "mean": [0.5], "std": [0.5]}
@@ -66,25 +67,25 @@ def test_five_class_model_into_ten_classes_reports_only_the_head(tmp_path):
                {**META, "classes": list("abcde"), "model": "small_cnn"})
     p = Train(init_from=str(tmp_path / "model.pt"), epochs=1)
     run = setup(p, META, default_task())
-    init = run["facts"]["init"]
+    init = run.facts["init"]
     assert init["kind"] == "model.pt" and init["reinitialised"] == ["13.weight", "13.bias"]
-    assert len(init["loaded"]) == len(run["model"].state_dict()) - 2
+    assert len(init["loaded"]) == len(run.model.state_dict()) - 2
 
 
 def test_freeze_patterns_and_discriminative_lr(resnet_file):
     p = Train(model="resnet18", init_from=str(resnet_file), freeze=["1.conv1", "1.layer1"],
               lr_backbone=0.0001)
     run = setup(p, META, default_task())
-    frozen = {n for n, q in run["model"].named_parameters() if not q.requires_grad}
+    frozen = {n for n, q in run.model.named_parameters() if not q.requires_grad}
     assert "1.conv1.weight" in frozen and "1.layer1.1.bn2.bias" in frozen
     assert not any(n.startswith(("1.layer2", "1.fc")) for n in frozen)
-    groups = run["opt"].param_groups
+    groups = run.opt.param_groups
     assert [g["lr"] for g in groups] == [p.lr, 0.0001]
-    assert [id(q) for q in groups[0]["params"]] == [id(q) for q in run["model"][1].fc.parameters()]
+    assert [id(q) for q in groups[0]["params"]] == [id(q) for q in run.model[1].fc.parameters()]
     with pytest.raises(StageError, match=r"train\.freeze: layer9 match"):
         setup(dataclasses.replace(p, freeze=["layer9"]), META, default_task())
     backbone = setup(Train(init_from=str(resnet_file), model="resnet18", freeze_backbone=True),
-                     META, default_task())["model"]
+                     META, default_task()).model
     assert [n for n, q in backbone.named_parameters() if q.requires_grad] == ["1.fc.weight",
                                                                               "1.fc.bias"]
 
@@ -100,30 +101,30 @@ def test_lora_targets_skip_grouped_convs_and_the_head():
 def test_lora_trains_adapters_and_head_and_checkpoints_only_them(resnet_file):
     p = Train(model="resnet18", init_from=str(resnet_file), adapter="lora", epochs=1)
     run = setup(p, META, default_task())
-    facts = run["facts"]
+    facts = run.facts
     assert 0 < facts["params_trainable"] <= 0.1 * facts["params_total"]
-    trainable = [n for n, q in run["model"].named_parameters() if q.requires_grad]
+    trainable = [n for n, q in run.model.named_parameters() if q.requires_grad]
     assert all(".lora_" in n or ".fc." in n or ".bn" in n or "downsample.1" in n
                for n in trainable)
     assert any(".fc." in n for n in trainable) and any("conv1.lora_A" in n for n in trainable)
     state = checkpoint(run, p, {})["model"]
-    full = run["model"].state_dict()
+    full = run.model.state_dict()
     assert set(state) < set(full) and not any(k.endswith("base_layer.weight") for k in state)
     assert sum(v.numel() for v in state.values()) < 0.1 * sum(v.numel() for v in full.values())
     other = setup(p, META, default_task())  # the same frozen base from seed + init_from
     with torch.no_grad():
-        for q in run["model"].parameters():
+        for q in run.model.parameters():
             if q.requires_grad:
                 q.add_(0.01)
     restore(other, checkpoint(run, p, {}))
-    assert all(torch.equal(a, b) for a, b in zip(other["model"].state_dict().values(),
-                                                 run["model"].state_dict().values(),
+    assert all(torch.equal(a, b) for a, b in zip(other.model.state_dict().values(),
+                                                 run.model.state_dict().values(),
                                                  strict=True))
     frozen = setup(dataclasses.replace(p, lora_batchnorm="frozen"), META, default_task())
-    assert frozen["eval_modules"] and not any(
-        q.requires_grad for m in frozen["eval_modules"] for q in m.parameters())
+    assert frozen.eval_modules and not any(
+        q.requires_grad for m in frozen.eval_modules for q in m.parameters())
     x = torch.randn(4, 1, 16, 16)
-    plain, diff = finetune.merged(run["model"], p, x)
+    plain, diff = finetune.merged(run.model, p, x)
     assert type(plain) is torch.nn.Sequential and diff < 1e-4
     assert not any("lora" in k for k in plain.state_dict())
 

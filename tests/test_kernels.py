@@ -176,7 +176,7 @@ def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
     from stages.lib.shards import load_split
     from stages.lib.params import load
     from stages.tasks import current
-    from stages.train import setup
+    from stages.lib.loop import setup
 
     project = request.getfixturevalue(run)
     monkeypatch.chdir(project)
@@ -184,7 +184,7 @@ def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
     task = current()
     x, y, meta = load_split("train", torch=True)
     run_state = setup(dataclasses.replace(p, adapter="none"), meta, task)
-    model, opt = run_state["model"], run_state["opt"]
+    model, opt = run_state.model, run_state.opt
     seen = set()
 
     class Record(TorchDispatchMode):

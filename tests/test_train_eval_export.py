@@ -10,12 +10,26 @@ from stages.tasks import load_model
 from stages.lib.params import Train
 from stages.tasks.classification.metrics import headline_metrics
 from stages.tasks.classification.model import build_model
-from stages.train import epoch_order, train
+from stages.lib.augment import epoch_order
+from stages.lib.determinism import set_deterministic
+from stages.lib.loop import fit, setup
 from stages.tasks import default_task
 
 TASK = default_task()
 
 META = {"classes": ["a", "b"], "image_size": 8, "channels": 1, "mean": [0.5], "std": [0.5]}
+
+
+def train(p, x_train, y_train, x_val, y_val, meta, log=None, task=None):
+    """Train in memory from scratch; return (model, history). `log(epoch, record)` per epoch.
+    task: classification unless given."""
+    set_deterministic(p.deterministic)
+    run = setup(p, meta, task or default_task())
+    on_epoch = (lambda rec, perf: log(rec["epoch"] - 1, rec)) if log else None
+    fit(p, run, (x_train, y_train, x_val, y_val), on_epoch=on_epoch)
+    if run.ema is not None:
+        run.ema.copy_to(run.model)
+    return run.model, run.state["history"]
 
 
 def toy_data(n=64, seed=0):

@@ -12,9 +12,10 @@ from stages.lib.io import StageError
 from stages.lib.models import head_name, init_from, save_model
 from stages.lib.params import Train
 from stages.tasks.classification.model import build_model
-from stages.train import lr_factor, oom_message, train
+from stages.lib.loop import lr_factor
+from stages.train import oom_message
 from stages.tasks import default_task
-from tests.test_train_eval_export import META, toy_data
+from tests.test_train_eval_export import META, toy_data, train
 
 AUG = Train(aug_crop_scale=0.5, aug_hflip=0.5, aug_rotate=15.0, aug_jitter=0.2)
 
@@ -121,7 +122,7 @@ def test_non_finite_gradient_with_a_finite_loss_stops_before_the_step(clip):
     """A gradient that turns NaN while the loss stays finite is caught at the optimiser step
     (by the gradient sum, or by the clipping norm when clipping is on), naming every micro-batch
     accumulated into that step, and the step is not taken."""
-    from stages.train import NonFinite, fit, setup
+    from stages.lib.loop import NonFinite, fit, setup
 
     x, y = toy_data(48)
     p = Train(epochs=1, batch_size=8, lr=0.01, grad_accum_steps=2, grad_clip=clip)
@@ -132,18 +133,18 @@ def test_non_finite_gradient_with_a_finite_loss_stops_before_the_step(clip):
         calls.append(1)
         return grad * float("nan") if len(calls) == 3 else grad
 
-    next(run["model"].parameters()).register_hook(poison)
+    next(run.model.parameters()).register_hook(poison)
     after_step_1 = {}
 
     def keep(kind):
-        after_step_1.update({k: v.detach().clone() for k, v in run["model"].named_parameters()})
+        after_step_1.update({k: v.detach().clone() for k, v in run.model.named_parameters()})
 
     with pytest.raises(NonFinite) as err:
         fit(dataclasses.replace(p, checkpoint_every_steps=1), run, (x, y, x, y),
             on_checkpoint=keep)
     info = err.value.info
     assert info["what"] == f"gradient {'norm' if clip else 'sum'} nan"
-    assert (info["epoch"], info["step"], run["state"]["step"]) == (0, 2, 1)
+    assert (info["epoch"], info["step"], run.state["step"]) == (0, 2, 1)
     assert [len(i) for i in info["indices"]] == [8, 8]  # micro-batches 3 and 4
     assert after_step_1 and all(torch.equal(v, after_step_1[k])  # weights as after step 1
-                                for k, v in run["model"].named_parameters())
+                                for k, v in run.model.named_parameters())

@@ -92,7 +92,8 @@ def build(model, p):
 
 
 def applied(run):
-    """run's EMA applied to its model for the block, or nothing when there is none."""
-    if run["ema"] is None:
+    """run's (stages/lib/loop.py Run) EMA applied to its model for the block, or nothing when
+    there is none."""
+    if run.ema is None:
         return contextlib.nullcontext()
-    return run["ema"].applied(run["model"])
+    return run.ema.applied(run.model)

@@ -1,0 +1,368 @@
+"""The training loop the train stage runs for every task: set-up, epochs, steps, validation.
+
+A `Run` holds one training's live objects (model, optimiser, schedule, GradScaler, EMA, the
+task) and its position, `state`: {epoch, batch, step, loss_sum, seen, history, best}, the plain
+dict a checkpoint saves (stages/lib/checkpoint.py). `fit` trains from that position to
+train.epochs. The task (stages/tasks/) gives the model, the loss (run through
+models.forward_loss) and the validation sums (`val_sums`); everything else here is the
+same for every task.
+
+Randomness is a pure function of (seed, epoch, sample index) (stages/lib/augment.py), so a
+resumed run ends with the same bytes as one that never stopped. The first non-finite loss or
+gradient raises NonFinite before the step. Under DDP every rank runs the same steps and stops
+together (stages/lib/distributed.py reduce).
+
+torch is imported inside the functions: a stage's --help never loads it.
+"""
+import contextlib
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from stages.lib import ema
+from stages.lib.io import StageError
+
+
+@dataclass
+class Run:
+    """One training's live objects and its position (`state`, what a checkpoint saves).
+
+    widths: with prepare.width_buckets, the (train, val) numpy bucket width of each sample;
+    trained_on: what the weights are computed with (stages/lib/distributed.py trained_on)."""
+    p: Any  # the train params (stages/lib/params.py Train)
+    task: Any  # the task (stages/tasks/base.py Task)
+    model: Any  # the model; wrapped in DistributedDataParallel under torchrun
+    opt: Any
+    sched: Any
+    scaler: Any  # torch.amp.GradScaler, enabled with train.precision fp16
+    ema: Any  # stages/lib/ema.py EMA, or None without train.ema
+    facts: dict  # what fine-tuning trained and loaded (stages/lib/finetune.py setup_model)
+    eval_modules: Any  # modules kept in eval mode while training (frozen BatchNorm)
+    state: dict
+    widths: tuple | None = None
+    trained_on: dict | None = None
+
+
+def lr_factor(p, epoch: int) -> float:
+    """Linear warm-up over train.warmup_epochs, then cosine decay to 0 at train.epochs."""
+    if epoch < p.warmup_epochs:
+        return (epoch + 1) / (p.warmup_epochs + 1)
+    span = p.epochs - p.warmup_epochs
+    return 0.5 * (1 + math.cos(math.pi * (epoch - p.warmup_epochs) / span))
+
+
+def make_optimizer(p, model):
+    """model: a module (its trainable parameters) or the parameters/groups to optimise."""
+    import torch
+
+    params = [q for q in model.parameters() if q.requires_grad] \
+        if isinstance(model, torch.nn.Module) else model
+    if p.optimizer == "adamw":
+        # fused: ATen's own vectorised step. The unfused step takes torch.sqrt, which on CPU
+        # runs MKL's VML and gives other last bits on Intel than on AMD (stages/lib/kernels.py)
+        return torch.optim.AdamW(params, lr=p.lr, weight_decay=p.weight_decay, fused=True)
+    if p.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=p.lr, momentum=0.9, weight_decay=p.weight_decay,
+                               nesterov=True)
+    raise StageError(f"train.optimizer: unknown {p.optimizer!r}; use adamw or sgd.")
+
+
+def evaluate_loss(model, x, y, task, batch_size=512, device="cpu", widths=None):
+    """(mean loss, mean metric) of model on tensors x, y: the task's val_sums over n.
+    widths (prepare.width_buckets: each sample's bucket width): each bucket's samples, in
+    split order, cut to its width, as training and evaluate run them."""
+    import torch
+
+    model.eval()
+    loss, metric = 0.0, 0
+    if widths is None:
+        chunks = [(slice(i, i + batch_size), None) for i in range(0, len(x), batch_size)]
+    else:
+        chunks = []
+        for width in sorted(set(widths.tolist())):
+            members = torch.from_numpy((widths == width).nonzero()[0].astype("int64"))
+            chunks += [(members[i:i + batch_size], width)
+                       for i in range(0, len(members), batch_size)]
+    with torch.no_grad():
+        for key, width in chunks:
+            xb = x[key] if width is None else x[key][..., :width].contiguous()
+            batch_loss, batch_metric = task.val_sums(model(xb.to(device)), y[key].to(device))
+            loss += batch_loss
+            metric += batch_metric
+    return loss / len(x), metric / len(x)
+
+
+def setup(p, meta, task, device="cpu") -> Run:
+    """Fresh training state: seeded model (optionally from train.init_from, with frozen parts
+    or LoRA adapters: stages/lib/finetune.py), optimizer, per-epoch LR schedule, GradScaler and
+    the position {epoch, batch, step, ...}."""
+    import torch
+
+    from stages.lib import finetune
+
+    torch.manual_seed(p.seed)
+    model = task.build_model(p.model, meta)
+    head = task.head(model) if finetune.finetuning(p) else ""  # only fine-tuning needs it
+    targets = task.lora_targets(model) if p.adapter != "none" else ()
+    model, facts, eval_modules = finetune.setup_model(model, p, head, targets)
+    model.to(device)
+    opt = make_optimizer(p, finetune.param_groups(model, p, head))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: lr_factor(p, e))
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=p.precision == "fp16")
+    state = {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "seen": 0, "history": [],
+             "best": None}
+    return Run(model=model, opt=opt, sched=sched, scaler=scaler, state=state, task=task, p=p,
+               facts=facts, eval_modules=eval_modules, ema=ema.build(model, p))
+
+
+def bucket_widths(meta, task) -> tuple:
+    """(train, val) numpy width per sample of lines prepared in width buckets, once the model
+    is known to take every bucket's width."""
+    from stages.lib.shards import load_widths
+
+    odd = [w for w in meta["width_buckets"] if not task.dynamic_width
+           or w % task.dynamic_width]
+    if odd:
+        raise StageError(f"prepare.width_buckets: {odd} " + (
+            f"not a multiple of {task.dynamic_width}, the model's stride"
+            if task.dynamic_width else f"but the {task.name} model takes one input width"))
+    return load_widths("train"), load_widths("val")
+
+
+class NonFinite(Exception):
+    """A non-finite loss or gradient: .info holds epoch, step and the batch's sample indices."""
+
+    def __init__(self, info):
+        super().__init__(info["what"])
+        self.info = info
+
+
+def fit(p, run: Run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank=0, world=1,
+        on_step=None) -> Run:
+    """Train from run.state's position to train.epochs.
+
+    data = (x_train, y_train, x_val, y_val): tensors, or the indexable views of
+    stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
+    run.widths (optional; prepare.width_buckets): (train, val) numpy bucket widths per
+    sample: each batch holds one bucket, cut to its width (stages/lib/augment.py
+    bucket_batches), and validation runs each bucket at its width;
+    on_epoch(record, perf) after each epoch;
+    on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
+    "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
+    non-finite loss or gradient (before the step).
+    """
+    from stages.lib.distributed import peak_memory_bytes
+
+    x_train, y_train, x_val, y_val = data
+    trainable = [q for q in run.model.parameters() if q.requires_grad]
+    while run.state["epoch"] < p.epochs:
+        epoch = run.state["epoch"]
+        ds = epoch_batches(p, run, x_train, y_train, epoch, rank, world)
+        seconds, seen = train_epoch(p, run, ds, trainable, device, world, on_step,
+                                    on_checkpoint)
+        record, improved = end_epoch(p, run, x_val, y_val, device, world)
+        if on_checkpoint:
+            on_checkpoint("best" if improved else "epoch")
+        perf = {"epoch": epoch + 1, "epoch_seconds": seconds,
+                "samples_per_s": seen * world / seconds if seconds > 0 else 0.0,
+                "peak_memory_bytes": peak_memory_bytes(device)}
+        if on_epoch:
+            on_epoch(record, perf)
+    return run
+
+
+def epoch_batches(p, run: Run, x_train, y_train, epoch: int, rank: int, world: int):
+    """This rank's batches of the epoch (stages/lib/augment.py EpochBatches): the epoch's seeded
+    order, padded and split over the ranks; with width buckets, one bucket per batch."""
+    import torch
+
+    from stages.lib.augment import EpochBatches, bucket_batches, epoch_order
+
+    per_rank = p.batch_size // world
+    if run.widths is not None:  # prepare.width_buckets: one bucket per batch
+        plan = bucket_batches(len(x_train), run.widths[0], p.batch_size, p.seed, epoch,
+                              rank, world)
+        return EpochBatches(x_train, y_train, None, per_rank, p, epoch, run.task, plan)
+    order = epoch_order(len(x_train), p.seed, epoch)
+    if world > 1:  # pad like DistributedSampler: every rank runs the same steps
+        order = torch.cat([order, order[:(-len(order)) % world]])[rank::world]
+    return EpochBatches(x_train, y_train, order, per_rank, p, epoch, run.task)
+
+
+def train_epoch(p, run: Run, ds, trainable, device, world, on_step, on_checkpoint) -> tuple:
+    """The epoch's batches from run.state's batch on, an optimiser step every
+    train.grad_accum_steps of them (and at the last): (seconds spent, not counting
+    checkpoint writes, and samples this rank saw). Uses run.model, run.state, run.ema,
+    run.opt (its learning rate, for on_step) and run.eval_modules, and through
+    batch_backward and optimizer_step run.task, run.scaler and run.opt."""
+    from tqdm import tqdm
+
+    from stages.lib import hooks
+    from stages.lib.augment import batches
+
+    st, epoch = run.state, run.state["epoch"]
+    run.model.train()
+    for module in run.eval_modules:  # frozen BatchNorm (train.lora_batchnorm)
+        module.eval()
+    kill_at = int(hooks.value("KILL_AT_STEP") or 0)
+    interrupt_at = int(hooks.value("INTERRUPT_AT_STEP") or 0)
+    start, window, seconds, seen = st["batch"], [], 0.0, 0
+    tic = time.perf_counter()
+    bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
+               desc=f"epoch {epoch + 1}/{p.epochs}", unit="batch", leave=False)
+    for b, (idx, xb, yb) in enumerate(bar, start):
+        window.append(idx)
+        value = batch_backward(p, run, xb, yb, device)
+        last = b + 1 == len(ds)
+        where = {"epoch": epoch, "batch": b, "step": st["step"] + 1}
+        if not (last or (b + 1) % p.grad_accum_steps == 0):
+            if not math.isfinite(value):
+                raise NonFinite({"what": f"loss {value}", **where, "indices": [idx]})
+            st["loss_sum"] += value * len(idx)
+            st["seen"] += len(idx)
+            seen += len(idx)
+            continue
+        optimizer_step(p, run, trainable, value, where, [idx], window, device, world)
+        st["loss_sum"] += value * len(idx)
+        st["seen"] += len(idx)
+        st["step"] += 1
+        if run.ema is not None:
+            run.ema.update(run.model, st["step"])
+        st["batch"] = b + 1
+        window = []
+        if on_step:
+            on_step(st["step"], value, run.opt.param_groups[0]["lr"])
+        crash_hooks(st["step"], kill_at, interrupt_at)
+        if on_checkpoint and p.checkpoint_every_steps and not last \
+                and st["step"] % p.checkpoint_every_steps == 0:
+            seconds += time.perf_counter() - tic
+            on_checkpoint("step")
+            tic = time.perf_counter()
+        seen += len(idx)
+    return seconds + time.perf_counter() - tic, seen
+
+
+def batch_backward(p, run: Run, xb, yb, device) -> float:
+    """One batch's forward and the task's loss (under autocast with train.precision bf16 or
+    fp16), and its backward, scaled for gradient accumulation (and by the GradScaler with
+    fp16): the loss's value."""
+    import torch
+
+    from stages.lib.models import forward_loss
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
+    xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+    autocast = torch.autocast(torch.device(device).type, dtype=dtype) if dtype \
+        else contextlib.nullcontext()
+    with autocast:
+        loss = forward_loss(run.model, xb, yb, run.task.loss, p)
+    scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
+    (run.scaler.scale(scaled) if p.precision == "fp16" else scaled).backward()
+    return loss.item()
+
+
+def optimizer_step(p, run: Run, trainable, value, where, batch, window, device, world) -> None:
+    """Unscale (fp16), clip (train.grad_clip) or check the gradients, then step. A non-finite
+    loss (batch: its indices) or gradient (window: the indices of every batch since the last
+    step) on any rank raises NonFinite on every rank, before the step. fp16 checks no
+    gradients: its GradScaler skips an overflowing step itself."""
+    import torch
+
+    from stages.lib.distributed import reduce
+
+    opt, scaler = run.opt, run.scaler
+    fp16 = p.precision == "fp16"
+    check_grads = not fp16
+    if fp16:
+        scaler.unscale_(opt)
+    if p.grad_clip > 0:
+        norm, kind = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip), "norm"
+    elif check_grads:  # any nan or inf makes the sum non-finite; cheaper than a norm
+        norm, kind = torch.stack([q.grad.sum() for q in trainable
+                                  if q.grad is not None]).sum(), "sum"
+    bad = [not math.isfinite(value), check_grads and not torch.isfinite(norm).item()]
+    bad = [bool(x) for x in reduce(bad, world, device, "max")]  # every rank stops together
+    if any(bad):
+        what = f"loss {value}" if bad[0] else f"gradient {kind} {norm.item()}"
+        raise NonFinite({"what": what, **where, "indices": batch if bad[0] else window})
+    if fp16:  # the GradScaler skips a step whose gradients overflowed
+        scaler.step(opt)
+        scaler.update()
+    else:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def crash_hooks(step: int, kill_at: int, interrupt_at: int) -> None:
+    """KILL_AT_STEP and INTERRUPT_AT_STEP (stages/lib/hooks.py): a kill or a Ctrl-C right
+    after optimiser step N, as a crash or a user would."""
+    import signal
+
+    if kill_at and step == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if interrupt_at and step == interrupt_at:
+        # as in a foreground terminal: a job started in the background (`cmd &`, as CI
+        # may run the tests) inherits SIGINT ignored, and Python then never raises
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def end_epoch(p, run: Run, x_val, y_val, device, world) -> tuple[dict, bool]:
+    """Close the epoch: the LR schedule's step, the train loss over every rank, the validation
+    loss and metric, the best epoch so far, and the position moved to the next epoch.
+    (the epoch's history record, whether it is the best so far)"""
+    import torch
+
+    from stages.lib.distributed import reduce
+
+    st, task = run.state, run.task
+    epoch = st["epoch"]
+    lr = run.opt.param_groups[0]["lr"]
+    run.sched.step()
+    # the train loss over every rank
+    loss_sum, count = reduce([st["loss_sum"], st["seen"]], world, device, "sum", torch.float64)
+    with ema.applied(run):  # train.ema: the average is what is validated (and kept)
+        val_loss, val_metric = evaluate_loss(run.model, x_val, y_val, task, device=device,
+                                             widths=(run.widths or (None, None))[1])
+    record = {"epoch": epoch + 1, "train_loss": loss_sum / count, "val_loss": val_loss,
+              f"val_{task.val_metric}": val_metric, "lr": lr}
+    st["history"].append(record)
+    if p.best_metric == "val_loss":
+        score = -val_loss
+    else:
+        score = val_metric if task.val_higher_is_better else -val_metric
+    improved = st["best"] is None or score > st["best"]["score"]
+    if improved:
+        st["best"] = {"score": score, "epoch": epoch + 1}
+    st.update(epoch=epoch + 1, batch=0, loss_sum=0.0, seen=0)
+    return record, improved
+
+
+def first_step_check(p, run: Run, data, device, rank, world) -> str:
+    """On CUDA with train.deterministic: one train batch (forward, loss, backward) and one
+    validation batch run before any step, their effects undone (stages/lib/determinism.py),
+    so an op without a deterministic CUDA kernel stops the stage with one line that names it
+    and the fix. "" when every op has one, and on the CPU (every CPU op is deterministic)."""
+    import torch
+
+    from stages.lib.determinism import preflight
+
+    if device == "cpu" or not p.deterministic or run.state["epoch"] >= p.epochs:
+        return ""
+    x_train, y_train, x_val, y_val = data
+    ds = epoch_batches(p, run, x_train, y_train, run.state["epoch"], rank, world)
+    idx = torch.arange(min(2, len(x_val)))
+    widths = run.widths[1][:len(idx)] if run.widths is not None else None
+
+    def step():
+        run.model.train()
+        _, xb, yb = ds[0]
+        batch_backward(p, run, xb, yb, device)
+
+    def validate():
+        evaluate_loss(run.model, x_val[idx], y_val[idx], run.task, device=device,
+                      widths=widths)
+
+    return preflight(step, validate, run.model, run.task.name, p.model, device)
