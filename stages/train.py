@@ -14,7 +14,10 @@ Scales out: with train.nproc > 1 or train.nnodes > 1 the stage re-runs itself un
 trainings (`dvc queue start -j N`) each take their share of the cores (stages/lib/cores.py).
 
 The task (stages/tasks/) builds the model and gives the loss and the validation metric; the
-loop, checkpoints, resume, DDP and the loud failure are the same for every task.
+loop, checkpoints, resume, DDP and the loud failure are the same for every task. They live in
+stages/lib/: loop.py (the loop), checkpoint.py (checkpoints, resume, the fingerprint),
+distributed.py (threads, device, torchrun, the collectives) and trainlog.py (dvclive,
+TensorBoard). Here: the stage itself, fit with its logs and its failures' messages, the outs.
 
 Test hooks (stages/lib/hooks.py): KILL_AT_STEP and POISON.
 """
