@@ -50,18 +50,17 @@ import click
 def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, image_size):
     if quality:
         from bench.detect_quality import main as quality_main
-
         return quality_main(budgets, ablate_at, workdir, image_size)
     import numpy as np
     import torch
 
     from bench.paired import paired_fit, rates
+    from stages.lib.determinism import set_deterministic
+    from stages.lib.loop import make_optimizer, setup
     from stages.lib.models import forward_loss
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import draw
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import make_optimizer, setup
 
     torch.set_num_threads(threads)
     sp = Detection.sample_params
