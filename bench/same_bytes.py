@@ -31,8 +31,9 @@ RUNS = {
     "ocr": {"task": "ocr", "train.epochs": 3},
 }
 
-# Outs whose bytes include the code's own hash (provenance): they move with any code change.
-CODE_STAMPED = ("models/model.onnx", "reports/run.html", "models/export")
+# Outs whose bytes include the code's own hash (the ONNX metadata, the report that shows it, the
+# checkpoints' run fingerprint): they move with any code change.
+CODE_STAMPED = ("models/model.onnx", "reports/run.html", "models/checkpoints")
 
 
 def lock_outs(lock: dict) -> dict[str, str]:
