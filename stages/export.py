@@ -38,9 +38,10 @@ TEST_SPLIT = Path("data/split/test.csv")
 MANIFEST = Path("data/manifest.csv")
 # The code that decides the exported bytes: all of it is a dep of the stage in dvc.yaml, so
 # the hash in the metadata is the hash `dvc repro` would reproduce.
-CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/images.py",
-              "stages/lib/kernels.py", "stages/lib/models.py", "stages/lib/onnx_clean.py",
-              "stages/lib/provenance.py")
+CODE_FILES = ("stages/export.py", "stages/lib/hooks.py", "stages/lib/kernels.py",
+              "stages/lib/modality/__init__.py", "stages/lib/modality/image.py",
+              "stages/lib/modality/imagecore.py", "stages/lib/models.py",
+              "stages/lib/onnx_clean.py", "stages/lib/provenance.py")
 # onnxruntime's (and OpenVINO's) kernels differ per CPU, so the raw output differences differ in
 # their last bits from one machine to the next: they go to the run record (logs/export.json)
 # and the console, never into metrics/export.json, which keeps the gate's verdict and tolerance
@@ -74,14 +75,15 @@ def provenance(params_path, task) -> dict:
     import dataclasses
     import hashlib
 
-    from stages.lib.provenance import file_sha256, params_hash
+    from stages.lib.io import sha256_file
+    from stages.lib.provenance import params_hash
     from stages.tasks import code_files
 
     code = hashlib.sha256()
     root = Path(__file__).resolve().parent.parent
     task_code = [f.relative_to(root).as_posix() for f in code_files(task)]
     for path in sorted([*CODE_FILES, *task_code]):
-        code.update(f"{path}\0{file_sha256(path)}\n".encode())
+        code.update(f"{path}\0{sha256_file(path, missing='')}\n".encode())
     # prepare's placement keys (workers, engine, ray_address) are not part of the result
     sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
                 for s in PROVENANCE_PARAMS}
@@ -97,8 +99,9 @@ def provenance(params_path, task) -> dict:
         del sections["export"]["score_threshold"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
-    return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
-            "params_sha256": params_hash(params), "model_sha256": file_sha256(MODEL)}
+    return {"code_sha256": code.hexdigest(),
+            "manifest_sha256": sha256_file(MANIFEST, missing=""),
+            "params_sha256": params_hash(params), "model_sha256": sha256_file(MODEL, missing="")}
 
 
 class AtWidth:
@@ -132,8 +135,6 @@ def listed_buckets(p, meta) -> list[int]:
 def bucket_widths(p, task, meta) -> list[int]:
     """export.width_buckets (or prepare's) other than the trained width, checked against the
     task's model."""
-    from stages.lib.images import input_hw
-
     p = dataclasses.replace(p, width_buckets=listed_buckets(p, meta))
     if not p.width_buckets:
         return []
@@ -145,7 +146,7 @@ def bucket_widths(p, task, meta) -> list[int]:
         raise StageError(f"export.width_buckets: {odd} not a multiple of "
                          f"{task.dynamic_width}, the model's stride; e.g. "
                          f"{[w - w % task.dynamic_width or task.dynamic_width for w in odd]}")
-    trained = input_hw(meta["image_size"])[1]
+    trained = task.modality.bucket_width(meta["image_size"], [], None)  # no buckets: its own
     if p.width_buckets[-1] > trained:
         raise StageError(f"export.width_buckets: {p.width_buckets[-1]} is wider than the "
                          f"trained width {trained} (prepare.width): predict and serve fit a "
@@ -176,9 +177,7 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     import onnx
     import torch
 
-    from stages.lib.images import input_hw
-
-    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    example = torch.zeros(2, *task.modality.input_spec(meta))
     axes = {0: torch.export.Dim("batch")}
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
@@ -227,9 +226,7 @@ def torchscript_bytes(model, meta, task) -> bytes:
 
     import torch
 
-    from stages.lib.images import input_hw
-
-    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    example = torch.zeros(2, *task.modality.input_spec(meta))
     buf = io.BytesIO()
     extra = {k: json.dumps(meta[k])
              for k in (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))}

@@ -1,9 +1,11 @@
-"""Decode and resize every split image once into data/processed/ so training never decodes files.
+"""Decode every split file once into data/processed/ so training never decodes files.
 
-Writes fixed-size shards per split (stages/lib/shards.py): <split>/images-NNNNN.npy (uint8
-NxHxWxC, up to prepare.shard_size samples) and <split>/targets-NNNNN.npy (the task's targets;
-classification: int64 class indices), and meta.json (the task's meta, e.g. class names, plus
-image size, channels, the normalisation every consumer applies, counts and shard size).
+Writes fixed-size shards per split (stages/lib/shards.py): <split>/images-NNNNN.npy (the stored
+samples as the task's modality decodes them, up to prepare.shard_size; images: uint8 NxHxWxC)
+and <split>/targets-NNNNN.npy (the task's targets; classification: int64 class indices), and
+meta.json (the task's meta, e.g. class names, plus the input size, channels, the normalisation
+every consumer applies, counts and shard size). What a file becomes is the modality's
+(Task.modality: decode, header_facts, choose_shape); this stage only schedules and writes.
 
 prepare.workers processes (0 = all cores) each decode and write whole shards; a shard's bytes
 depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
@@ -34,7 +36,7 @@ SPLIT_DIR = Path("data/split")
 OUT_DIR = Path("data/processed")
 SPLITS = ("train", "val", "test")
 
-_WORKER = {}  # per process: the task's encoder and the prepare params, set by the first job
+_WORKER = {}  # per process: the task's encoder, its modality and the prepare params (first job)
 
 
 def cpu_count() -> int:
@@ -64,6 +66,7 @@ def init_worker(task_name, meta, source, image_size, channels, facts, norm, widt
 
     task = get(task_name)
     _WORKER.update(encode=task.encoder({**meta, "source": source_path(source)}),
+                   modality=task.modality,
                    dtype=task.target_dtype,
                    source=source_tree(source), image_size=image_size, channels=channels,
                    facts=facts, norm=norm, width_buckets=list(width_buckets),
@@ -105,48 +108,29 @@ def resolve_letterbox(p, task) -> bool:
     return on
 
 
-def line_buckets(sizes, image_size, width_buckets):
-    """uint16 bucket width of each line from its header size (width, height): the smallest
-    bucket holding the line as fit scales it (fit pads the rest of the record with the pad
-    value, so the record cut at its bucket is exactly the line fitted to that width)."""
-    import numpy as np
-
-    from stages.lib.images import bucket_of, line_width
-
-    return np.array([bucket_of(line_width(size, image_size), width_buckets) for size in sizes],
-                    dtype=np.uint16)
-
-
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False, header_sizes=None, out=None, done=None):
-    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
-    (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
-    which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
-    facts: a list that gets each file's (shorter side, grey) from the header this decode opens
-    (prepare's hints, without a second pass over the files); header_sizes: a list that gets
-    each file's header size (OCR's width buckets). out: a uint8 array of at least len(rows)
-    images to decode into (every byte of its first len(rows) is written) instead of a new one:
-    a worker reuses one for all its shards, as fresh pages cost 8-10% of the decode.
-    done: called with i after the first i images are decoded (and encoded), each time."""
+                  letterbox=False, sized=False, header_sizes=None, out=None, done=None, *,
+                  modality):
+    """(uint8 stored samples, targets) of some rows, each file decoded by the task's
+    modality (its decode); encode(row, sample) gives a target (sized: encode(row, sample,
+    size), the file's upright size before the resize, which a letterbox's geometry needs).
+    letterbox: keep the aspect, pad. facts: a list that gets each file's (shorter side, grey)
+    from the header this decode opens (prepare's hints, without a second pass over the
+    files); header_sizes: a list that gets each file's header size (OCR's width buckets).
+    out: a uint8 array of at least len(rows) samples to decode into (every byte of its first
+    len(rows) is written) instead of a new one: a worker reuses one for all its shards, as
+    fresh pages cost 8-10% of the decode. done: called with i after the first i files are
+    decoded (and encoded), each time."""
     import numpy as np
-    from PIL import Image
 
-    from stages.lib.autoprep import grey_header
-    from stages.lib.images import input_hw, model_input, upright_size
-
-    shape = (len(rows), *input_hw(image_size), channels)
+    shape = (len(rows), *modality.input_shape(image_size, channels))
     x = np.zeros(shape, dtype=np.uint8) if out is None else out[:len(rows)]
     if x.shape != shape or x.dtype != np.uint8:
         raise ValueError(f"out: {out.dtype} {out.shape}, not room for uint8 {shape}")
     y = []
     for i, r in enumerate(rows):
-        with Image.open(source / r["path"]) as img:  # what load_image does, header kept
-            if facts is not None:
-                facts.append((min(img.size), grey_header(img)))
-            if header_sizes is not None:
-                header_sizes.append(img.size)
-            size = upright_size(img)
-            x[i] = model_input(img, image_size, channels, letterbox)
+        x[i], size = modality.decode(source / r["path"], image_size, channels, letterbox, facts,
+                                     header_sizes)
         y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
         if done is not None:
             done(i + 1)
@@ -162,7 +146,6 @@ def write_shard(job) -> tuple:
     the disk."""
     import numpy as np
 
-    from stages.lib.images import input_hw
     from stages.lib.io import StreamedWrite
     from stages.lib.shards import IMAGES, TARGETS, WIDTHS, NpyBuffer, save_npy, shard_name
 
@@ -172,7 +155,7 @@ def write_shard(job) -> tuple:
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
     path = OUT_DIR / split / shard_name(IMAGES, k)
-    shape = (len(rows), *input_hw(w["image_size"]), w["channels"])
+    shape = (len(rows), *w["modality"].input_shape(w["image_size"], w["channels"]))
     if w.get("out") is None or not w["out"].fits(shape, np.uint8):  # the first shard is the longest
         w["out"] = NpyBuffer(shape, np.uint8)
     buf = w["out"]
@@ -182,11 +165,13 @@ def write_shard(job) -> tuple:
     with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as images_file:
         x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
                              w["channels"], facts, w["letterbox"], w["sized"], sizes, x,
-                             done=lambda i: images_file.advance(buf.header_size + i * per_image))
+                             done=lambda i: images_file.advance(buf.header_size + i * per_image),
+                             modality=w["modality"])
         written = [(images_file.finish(), str(path))]
     files = [(TARGETS, y)]
     if w["width_buckets"]:  # from the headers the decode opened, not a second open
-        files.append((WIDTHS, line_buckets(sizes, w["image_size"], w["width_buckets"])))
+        files.append((WIDTHS, w["modality"].line_buckets(sizes, w["image_size"],
+                                                         w["width_buckets"])))
     for kind, array in files:
         path = OUT_DIR / split / shard_name(kind, k)
         written.append((save_npy(path, array, pending=True), str(path)))
@@ -217,22 +202,26 @@ def decode_rows(job) -> tuple:
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"], sizes)
-    widths = line_buckets(sizes, w["image_size"], w["width_buckets"]) if sizes is not None else None
+                         w["channels"], facts, w["letterbox"], w["sized"], sizes,
+                         modality=w["modality"])
+    widths = (w["modality"].line_buckets(sizes, w["image_size"], w["width_buckets"])
+              if sizes is not None else None)
     return x, y, widths, decode_facts(split, x, facts, sides_count)
 
 
 def header_job(job) -> tuple:
-    """(shorter sides, colour count) of some rows' headers (image_size/channels auto)."""
-    from stages.lib.autoprep import header_facts
+    """(shorter sides, colour count) of some rows' headers (image_size/channels auto), as the
+    modality reads them (its header_facts)."""
+    from stages.lib.modality import get
 
-    source, rows = job
+    source, rows, modality_name = job
     tree = source_tree(source)
+    header_facts = get(modality_name).header_facts
     facts = [header_facts(tree / r["path"]) for r in rows]
     return [side for side, _ in facts], sum(not grey for _, grey in facts)
 
 
-def pool(workers: int):
+def pool(workers: int, modality_name: str):
     """A process pool of `workers` (fork where there is one: the parent's imports and task
     come along, nothing to re-import); None when one process does it all. Made before the
     split tables are read, so the workers inherit none of them (a forked worker's resident
@@ -250,7 +239,8 @@ def pool(workers: int):
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-    executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up)
+    executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up,
+                                   initargs=(modality_name,))
     executor.submit(int)  # forks the workers now, before the tables
     return executor
 
@@ -270,14 +260,16 @@ def stopped(executor):
     executor.shutdown(wait=True)
 
 
-def warm_up():
-    """A worker's imports, made as it starts (alongside the parent's reading of the tables)."""
+def warm_up(modality_name: str):
+    """A worker's imports, made as it starts (alongside the parent's reading of the tables):
+    the modality's (numpy and Pillow for images) among them."""
     import numpy  # noqa: F401
-    import PIL.Image  # noqa: F401
 
     import stages.lib.autoprep  # noqa: F401
-    import stages.lib.images  # noqa: F401
     import stages.lib.shards  # noqa: F401
+    from stages.lib.modality import get
+
+    get(modality_name)
 
 
 def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
@@ -294,7 +286,7 @@ def run_jobs(workers_pool, func, jobs, count: int, ordered: bool):
     return (f.result() for f in as_completed([workers_pool.submit(func, job) for job in jobs]))
 
 
-def read_headers(splits, source, workers_pool) -> tuple:
+def read_headers(splits, source, workers_pool, modality_name: str) -> tuple:
     """(train shorter sides, colour count) from every header, in the pool's processes."""
     chunk = 512
     parts = [rows for rows in splits.values() if len(rows)]
@@ -302,8 +294,8 @@ def read_headers(splits, source, workers_pool) -> tuple:
     n_train = sum((len(rows) + chunk - 1) // chunk for rows in train)
     n_every = sum((len(rows) + chunk - 1) // chunk for rows in parts)
     # both passes in one map: train's sides, then every file's colour
-    jobs = ((source_arg(source), rows[i:i + chunk]) for group in (train, parts) for rows in group
-            for i in range(0, len(rows), chunk))
+    jobs = ((source_arg(source), rows[i:i + chunk], modality_name) for group in (train, parts)
+            for rows in group for i in range(0, len(rows), chunk))
     results = list(run_jobs(workers_pool, header_job, jobs, n_train + n_every, ordered=True))
     sides = [s for r in results[:n_train] for s in r[0]]
     return sides, sum(r[1] for r in results[n_train:])
@@ -382,7 +374,7 @@ def main(params_path):
     else:
         # the pool first: its workers inherit this process as it is now, without the
         # tables, and import what they decode with while this one reads the tables
-        workers_pool = pool(workers)
+        workers_pool = pool(workers, task.modality_name)
         how = f"{workers} worker{'s' if workers > 1 else ''}"
     try:
         with stopped(workers_pool):
@@ -397,20 +389,19 @@ def main(params_path):
 def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     """Everything after the pool (or the Ray engine) is up: meta, the auto hints, the shards,
     meta.json. how: where the decoding ran, for the last line."""
-    from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
+    from stages.lib.autoprep import check_norm, needs_headers_first, resolve_norm
     from stages.lib.params import AUTO
 
+    modality = task.modality
     meta = task.prepare_meta(splits)
     if letterbox or task.letterbox:  # recorded where it is on, and always for detection
-        from stages.lib.images import LETTERBOX
-
-        meta["letterbox"] = LETTERBOX if letterbox else False
+        meta["letterbox"] = modality.LETTERBOX if letterbox else False
     task.encoder({**meta, "source": source_path(source)})  # fail here, not in a worker
     every = sum(len(r) for r in splits.values())
     first = needs_headers_first(p)
     if first:  # auto size/channels: from the headers, before any decode
-        sides, colour = read_headers(splits, source, workers_pool)
-        image_size, channels, lines = choose_shape(p, sides, colour, every)
+        sides, colour = read_headers(splits, source, workers_pool, task.modality_name)
+        image_size, channels, lines = modality.choose_shape(p, sides, colour, every)
         for text in lines:
             click.echo(text)
     else:
@@ -422,14 +413,15 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     norm = p.mean == AUTO
     if hasattr(workers_pool, "write_shards"):  # engine ray: decoded there, written here
         setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
+        sample = modality.input_shape(input_size(p, image_size), channels)
         (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size,
-                                                            channels, norm)
+                                                            sample, norm)
     else:
         (sides, colour), counts = write_shards(splits, task.name, meta, source, p,
                                                workers_pool, image_size, channels,
                                                facts=not first, norm=norm)
     if not first:
-        for text in choose_shape(p, sides, colour, every)[2]:
+        for text in modality.choose_shape(p, sides, colour, every)[2]:
             click.echo(text)
     mean, std, line = resolve_norm(p, channels, counts=counts)
     click.echo(line)

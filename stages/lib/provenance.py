@@ -12,18 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stages.lib.io import write_json
+from stages.lib.io import sha256_file, write_json
 
 LOG_DIR = Path("logs")
 MANIFEST = Path("data/manifest.csv")
 LOCK_FILE = Path("requirements.lock")
-
-
-def file_sha256(path) -> str:
-    """sha256 of a file, or "" when it does not exist."""
-    from stages.lib.images import sha256_file
-
-    return sha256_file(path) if Path(path).is_file() else ""
 
 
 def params_hash(params) -> str:
@@ -51,8 +44,8 @@ def run_record(stage: str, params) -> dict:
         "stage": stage,
         "command": sys.argv,
         **git_state(),
-        "manifest_sha256": file_sha256(MANIFEST),
-        "requirements_lock_sha256": file_sha256(LOCK_FILE),
+        "manifest_sha256": sha256_file(MANIFEST, missing=""),
+        "requirements_lock_sha256": sha256_file(LOCK_FILE, missing=""),
         "params": dataclasses.asdict(params) if dataclasses.is_dataclass(params) else params,
         "python": platform.python_version(),
         "platform": platform.platform(),

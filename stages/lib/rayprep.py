@@ -222,13 +222,13 @@ class RayEngine:
         self.pending = []
         raycluster.disconnect()
 
-    def write_shards(self, splits, setup, shard_size: int, channels: int, norm: bool) -> tuple:
+    def write_shards(self, splits, setup, shard_size: int, sample: tuple, norm: bool) -> tuple:
         """prepare.write_shards' files and facts, decoded in the cluster, written here shard
-        by shard, in order, each streamed to the disk as its chunks come back."""
+        by shard, in order, each streamed to the disk as its chunks come back. sample: one
+        stored sample's shape (the modality's input_shape), the channel last."""
         import numpy as np
         from tqdm import tqdm
 
-        from stages.lib.images import input_hw
         from stages.lib.io import StreamedWrite, commit
         from stages.lib.shards import IMAGES, TARGETS, WIDTHS, NpyBuffer, save_npy, shard_name
         OUT_DIR, decode_rows = self.stage.OUT_DIR, self.stage.decode_rows  # noqa: N806
@@ -242,7 +242,7 @@ class RayEngine:
                  sides_from in (None, name))
                 for name, _, start, n in shards for i in range(start, start + n, CHUNK))
         results = self.imap(decode_rows, jobs)
-        sample = (*input_hw(setup[3]), channels)
+        channels = sample[-1]
         bar = tqdm(total=sum(len(r) for r in splits.values()), desc="prepare (ray)",
                    unit="img", disable=None)
         sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
