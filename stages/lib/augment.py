@@ -112,7 +112,7 @@ def one_thread():
     (bilinear interpolation among them: the crop, the zoom-out) round differently depending on
     how their rows are split over threads, so an augmentation run at the trainer's thread count
     in the main process (train.num_workers 0) and at one thread in a worker gave different
-    pixels, and other weights. At one thread everywhere, the augmented bytes depend neither on
+    values, and other weights. At one thread everywhere, the augmented bytes depend neither on
     train.num_workers nor on train.threads or the machine's cores."""
     import torch
 
