@@ -13,8 +13,8 @@ parent's only by the manifest rows. Timings share the machine with whatever else
 the ratios, not the absolute numbers.
 
 The bare loop decodes JPEGs to RGB, as a naive script would; ingest decodes one-frame RGB JPEGs
-to grey at full size (stages.lib.images.prefer_grey), which rejects exactly the same files
-(tests/test_images.py) for less work. Both decode every byte of every file.
+to grey at full size (stages.lib.modality.imagecore.prefer_grey), which rejects exactly the
+same files (tests/test_modality_image.py) for less work. Both decode every byte of every file.
 """
 import hashlib
 import io

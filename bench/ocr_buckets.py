@@ -32,7 +32,8 @@ def main(project, buckets, width, rounds, threads):
     from stages.tasks.ocr import TASK
     from stages.tasks.ocr.ctc import beam
     from stages.tasks.ocr.metrics import scores
-    from tools.inference import bucket_width, load_onnx, predict_batch, read_image
+    from stages.lib.modality.imageserve import read as read_image
+    from tools.inference import bucket_width, load_onnx, predict_batch
 
     model, meta = load_model(project / "models/model.pt")
     widths = [int(w) for w in buckets.split(",")]

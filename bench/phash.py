@@ -10,7 +10,7 @@ A labelled synthetic benchmark, seeded (the same figures on every machine):
 - true near-duplicates of each original: JPEG re-encodes (quality 75 and 40), resizes (x1.5 and
   x0.75), a small crop (5% off two sides, at least 1 px) and a brightness shift (+20 grey levels);
 - distinct lookalikes: pairs of different originals of the same class.
-Every file goes through ingest's own decode and hash (stages.lib.images.inspect_image).
+Every file goes through ingest's own decode and hash (stages.lib.modality.imagecore.inspect).
 recall = near-duplicate pairs within the distance / all; FPR = lookalike pairs within / all.
 
     python -m bench.phash                      # sides 8 12 16 24 32 48 64, 150 originals each
@@ -22,7 +22,7 @@ import click
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from stages.lib.images import inspect_image
+from stages.lib.modality.imagecore import inspect
 
 DISTANCES = range(11)
 
@@ -40,7 +40,7 @@ def jpeg(img, quality: int) -> bytes:
 
 
 def phash_of(data: bytes) -> int:
-    return int(inspect_image(io.BytesIO(data))["phash"], 16)
+    return int(inspect(io.BytesIO(data))["phash"], 16)
 
 
 def digits(n: int, side: int, rng):

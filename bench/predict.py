@@ -104,7 +104,8 @@ def main(project, images_dir, count, batch_size, requests, concurrency):
     """Print images/s of onnxruntime and PyTorch eager, and the API's requests/s and latency."""
     import tempfile
 
-    from tools.inference import load, read_image
+    from stages.lib.modality.imageserve import read as read_image
+    from tools.inference import load
     from tools.predict.inputs import walk
 
     scratch = tempfile.TemporaryDirectory()

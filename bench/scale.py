@@ -14,8 +14,8 @@ ingest, validate, split, prepare, then train for one epoch. It prints, per N:
 - seconds per 1,000 files of ingest, validate, split and prepare;
 - peak RSS of each stage: the largest sum of the resident memory of the stage's process and
   its children (prepare's and ingest's workers), sampled every 50 ms;
-- prepare's speed against a single-process decode loop (stages.lib.images.load_image over the
-  first --decode-sample train files, nothing written), run --decode-runs times just before
+- prepare's speed against a single-process decode loop (stages.lib.modality.imagecore.load_image
+  over the first --decode-sample train files, nothing written), run --decode-runs times before
   prepare and as many just after it, each in a fresh process, their median (a process decodes
   up to 20% faster or slower than the next, and the machine's speed drifts within
   minutes): target >= 1.6 on 2 cores;
@@ -120,7 +120,7 @@ def run_polled(cmd: list, cwd: Path, name: str) -> tuple[float, int, str]:
 
 def decode_loop(project: Path, source: Path, count: int, size: int) -> float:
     """Files/s of a single-process decode loop over the first `count` train files."""
-    from stages.lib.images import load_image
+    from stages.lib.modality.imagecore import load_image
     from stages.lib.io import read_csv
 
     rows = read_csv(project / "data/split/train.csv")[:count]
@@ -139,7 +139,7 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
     import torch
     import torch.nn.functional as F
 
-    from stages.lib.images import normalize
+    from stages.lib.modality.imagecore import normalize
     from stages.lib.params import load
     from stages.lib.shards import images_view, load_split
     from stages.tasks.classification.model import build_model

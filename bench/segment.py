@@ -68,7 +68,8 @@ def train_ratio(epochs: int, samples: int) -> None:
 def predict_ratio(project: Path, images: int, batch_size: int) -> None:
     import numpy as np
 
-    from tools.inference import load, predict_batch, read_image
+    from stages.lib.modality.imageserve import read as read_image
+    from tools.inference import load, predict_batch
 
     onnx_model = load("onnxruntime", project / "models/model.onnx")
     torch_model = load("torch", project / "models/model.pt")

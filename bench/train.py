@@ -89,7 +89,7 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
     elif shards:  # the same samples as uint8 shards; the bare loop gets them normalised in memory
         import tempfile
 
-        from stages.lib.images import normalize
+        from stages.lib.modality.imagecore import normalize
         from stages.lib.shards import load_split, write_processed
 
         pixels = torch.randint(0, 256, (samples, size, size, c), generator=g,

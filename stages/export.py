@@ -55,8 +55,6 @@ def listed_buckets(p, meta) -> list[int]:
 def bucket_widths(p, task, meta) -> list[int]:
     """export.width_buckets (or prepare's) other than the trained width, checked against the
     task's model."""
-    from stages.lib.images import input_hw
-
     p = dataclasses.replace(p, width_buckets=listed_buckets(p, meta))
     if not p.width_buckets:
         return []
@@ -68,7 +66,7 @@ def bucket_widths(p, task, meta) -> list[int]:
         raise StageError(f"export.width_buckets: {odd} not a multiple of "
                          f"{task.dynamic_width}, the model's stride; e.g. "
                          f"{[w - w % task.dynamic_width or task.dynamic_width for w in odd]}")
-    trained = input_hw(meta["image_size"])[1]
+    trained = task.modality.bucket_width(meta["image_size"], [], None)  # no buckets: its own
     if p.width_buckets[-1] > trained:
         raise StageError(f"export.width_buckets: {p.width_buckets[-1]} is wider than the "
                          f"trained width {trained} (prepare.width): predict and serve fit a "

@@ -2,12 +2,12 @@
 
 Every file under `data.source` (except hidden ones and DVC's machinery) gets a row with its path
 relative to the source, the task's annotation columns (for classification: its label, from the
-class folder or labels.csv), its size, sha256 and what a full decode found (format, size, mode,
-frames, bit depth, transparency, a perceptual hash). Files that cannot be used get an `error` and
-a machine-readable `error_kind` (the validate check that blocks them); annotation problems (an
-unlabelled file, an empty class folder, a listed file that is missing) become rows too. Files
-the task reads as annotations (labels.csv) are not inventoried as images. validate decides what
-to do with every row.
+class folder or labels.csv), its size, sha256 and what the task's modality found in a full
+decode (its FIELDS; images: format, size, mode, frames, bit depth, transparency, a perceptual
+hash). Files that cannot be used get an `error` and a machine-readable `error_kind` (the
+validate check that blocks them); annotation problems (an unlabelled file, an empty class
+folder, a listed file that is missing) become rows too. Files the task reads as annotations
+(labels.csv) are not inventoried as inputs. validate decides what to do with every row.
 
 Re-ingesting an unchanged tree rehashes nothing: facts are cached per (path, size, mtime_ns) in
 .cache/ingest/ (gitignored, not a DVC out), with the last run's listing and rows, which are
@@ -28,19 +28,25 @@ from pathlib import Path
 import click
 
 from stages.lib import safefs
-from stages.lib.io import StageError, write_bytes, write_csv
+from stages.lib.io import HASH_CHUNK, StageError, write_bytes, write_csv
 from stages.lib.params import load, params_option
 
 MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
-FACTS = ["bytes", "sha256", "format", "width", "height", "mode", "error_kind", "error", "frames",
-         "bits", "alpha", "phash"]
+
+
+def facts_of(modality) -> list[str]:
+    """The facts of a file (its manifest columns but path and the annotations): its size and
+    sha256, then what the modality's inspect finds (its FIELDS, error_kind and error among
+    them)."""
+    return ["bytes", "sha256", *modality.FIELDS]
 
 
 def manifest_fields(task) -> list[str]:
     """The manifest's columns: path, the task's annotation columns, the facts, group, timestamp,
     split (the dataset's own split, when it has one: split.by given)."""
-    return ["path", *task.annotation_fields, *FACTS, "group", "timestamp", "split"]
+    return ["path", *task.annotation_fields, *facts_of(task.modality), "group", "timestamp",
+            "split"]
 
 
 def list_files(root: Path) -> list[str]:
@@ -95,24 +101,22 @@ def walk(root: Path) -> list[tuple]:
     return out
 
 
-def inspect_file(root: str, rel: str, max_pixels: int = 0) -> dict:
-    """The facts of one file (the FACTS columns). Runs in a worker process. A file that cannot
-    be read is a row with error_kind `unreadable`, never an exception."""
-
+def inspect_file(root: str, rel: str, limit: int, modality) -> dict:
+    """The facts of one file (facts_of(modality)'s columns). Runs in a worker process. A file
+    that cannot be read is a row with error_kind `unreadable`, never an exception."""
     path = os.path.join(root, rel)  # plain strings: pathlib costs more than a small file's hash
-    row = dict.fromkeys(FACTS, "")
+    facts = facts_of(modality)
+    row = dict.fromkeys(facts, "")
     try:
-        return inspect_path(root, path, row, max_pixels)
+        return inspect_path(root, path, row, limit, modality)
     except OSError as exc:  # no permission, an I/O error, a loop made since the listing
-        row.update(dict.fromkeys(FACTS, ""), error_kind="unreadable",
+        row.update(dict.fromkeys(facts, ""), error_kind="unreadable",
                    error=f"cannot read: {exc.strerror or type(exc).__name__}; make it readable "
                          f"or remove it")
         return row
 
 
-def inspect_path(root: str, path: str, row: dict, max_pixels: int) -> dict:
-    from stages.lib.images import CHUNK, inspect_image
-
+def inspect_path(root: str, path: str, row: dict, limit: int, modality) -> dict:
     from stages.lib.userfiles import escapes
 
     st = os.lstat(path)
@@ -141,38 +145,41 @@ def inspect_path(root: str, path: str, row: dict, max_pixels: int) -> dict:
             return row
         os.set_blocking(fd, True)
         row["bytes"] = st.st_size
-        if row["bytes"] <= CHUNK:  # one chunk: read once, hash and decode the same bytes
+        if row["bytes"] <= HASH_CHUNK:  # one chunk: read once, hash and decode the same bytes
             data = f.read()
             row["sha256"] = hashlib.sha256(data).hexdigest()
             source = io.BytesIO(data)
         else:
             digest = hashlib.sha256()
-            while chunk := f.read(CHUNK):
+            while chunk := f.read(HASH_CHUNK):
                 digest.update(chunk)
             row["sha256"] = digest.hexdigest()
             source = Path(path)
     if row["bytes"] == 0:
         row.update(error_kind="empty", error="empty file: 0 bytes")
         return row
-    row.update(inspect_image(source, max_pixels))
+    row.update(modality.inspect(source, limit))
     return row
 
 
-_JOB = {}  # a worker's (root, max_pixels), set once by the pool's initializer
+_JOB = {}  # a worker's (root, limit, modality), set once by the pool's initializer
 
 
-def start_worker(root: str, max_pixels: int) -> None:
-    _JOB["args"] = (root, max_pixels)
+def start_worker(root: str, limit: int, modality_name: str) -> None:
+    from stages.lib.modality import get
+
+    _JOB["args"] = (root, limit, get(modality_name))
 
 
 def inspect_batch(rels: list[str]) -> list[tuple]:
-    """inspect_file for a batch of files, each row as a tuple in FACTS order: one task and one
-    small pickle per batch instead of a dict per file."""
-    root, max_pixels = _JOB["args"]
+    """inspect_file for a batch of files, each row as a tuple in facts_of order: one task and
+    one small pickle per batch instead of a dict per file."""
+    root, limit, modality = _JOB["args"]
+    facts = facts_of(modality)
     out = []
     for rel in rels:
-        row = inspect_file(root, rel, max_pixels)
-        out.append(tuple(row[k] for k in FACTS))
+        row = inspect_file(root, rel, limit, modality)
+        out.append(tuple(row[k] for k in facts))
     return out
 
 
@@ -182,25 +189,27 @@ def batches(todo: list[str], workers: int) -> list[list[str]]:
     return [todo[i:i + size] for i in range(0, len(todo), size)]
 
 
-def cache_file(root: Path, max_pixels: int, task) -> Path:
-    """One cache per (source folder, max_pixels, task, inspection and task code, Python version:
-    the file is in marshal's format): any change starts afresh."""
+def cache_file(root: Path, limit: int, task) -> Path:
+    """One cache per (source folder, limit, task, inspection and task code, Python version:
+    the file is in marshal's format): any change starts afresh. The inspection's code: this
+    file and every modality's (stages/lib/modality/)."""
     from stages.tasks import code_files
 
     here = Path(__file__).parent
-    code = b"".join(m.read_bytes() for m in (here / "ingest.py", here / "lib/images.py",
+    modality = sorted((here / "lib/modality").glob("*.py"))
+    code = b"".join(m.read_bytes() for m in (here / "ingest.py", *modality,
                                              *code_files(task)))
-    salt = f"{root.resolve()}\0{max_pixels}\0{task.name}\0{sys.version}\0".encode()
+    salt = f"{root.resolve()}\0{limit}\0{task.name}\0{sys.version}\0".encode()
     return CACHE_DIR / f"{hashlib.sha256(salt + code).hexdigest()[:24]}.marshal"
 
 
-def read_cache(path, fields) -> dict:
+def read_cache(path, fields, facts: list) -> dict:
     """The last run at this cache: {"listing": walk's output, "rows": the manifest rows,
-    "facts": {path: FACTS values}}; {} when missing or unreadable. marshal, not JSON: it loads
-    2x faster, and the file is only ever written by this stage, atomically."""
+    "facts": {path: the `facts` values}}; {} when missing or unreadable. marshal, not JSON: it
+    loads 2x faster, and the file is only ever written by this stage, atomically."""
     try:
         data = marshal.loads(Path(path).read_bytes())
-        if (data["fields"] == fields and data["facts_fields"] == FACTS
+        if (data["fields"] == fields and data["facts_fields"] == facts
                 and isinstance(data["listing"], list) and isinstance(data["rows"], list)
                 and isinstance(data["facts"], dict)):
             return data
@@ -216,9 +225,10 @@ def racy(key, since_ns) -> bool:
     return not isinstance(since_ns, int) or key[1] // 10**9 >= since_ns // 10**9
 
 
-def reusable(last: dict, keys: dict) -> dict:
+def reusable(last: dict, keys: dict, count: int) -> dict:
     """{path: facts} from the last run, for files whose [size, mtime_ns, ctime_ns, inode] is
-    unchanged and not racy. A damaged entry is just a miss."""
+    unchanged and not racy (count: how many facts a file has). A damaged entry is just a
+    miss."""
     try:
         before = {rel: key for rel, kind, key in last.get("listing", ()) if kind == "file"}
     except (TypeError, ValueError):
@@ -226,7 +236,7 @@ def reusable(last: dict, keys: dict) -> dict:
     since = last.get("started_ns")
     return {rel: facts for rel, facts in last.get("facts", {}).items()
             if keys.get(rel, False) == before.get(rel) and not racy(keys[rel], since)
-            and isinstance(facts, (list, tuple)) and len(facts) == len(FACTS)}
+            and isinstance(facts, (list, tuple)) and len(facts) == count}
 
 
 SAMPLE = 16  # verify_cache: sample rehashes SAMPLE files plus 1% of the cached ones
@@ -238,9 +248,9 @@ def verify_cached(root: Path, facts: dict, mode: str, seed, cache: Path) -> int:
     key missed a change: the cache is deleted and the run fails, naming the file."""
     import random
 
-    from stages.lib.images import sha256_file
+    from stages.lib.io import sha256_file
 
-    index = FACTS.index("sha256")
+    index = 1  # facts_of's sha256
     cached = sorted(rel for rel, f in facts.items() if f[index])
     if mode == "none" or not cached:
         return 0
@@ -276,10 +286,10 @@ def no_gc():
             gc.enable()
 
 
-def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | None = None,
+def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None = None,
               task=None, verify: str = "sample"):
     """(manifest rows sorted by path, stats) for the tree at root (task: the default unless
-    given).
+    given; limit: validate.max_pixels, what the modality's inspect decodes at most, 0 = all).
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused,
     "verified": cached files rehashed to check the cache (verify: "sample", "all", "none")}.
@@ -289,15 +299,15 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
     from stages.tasks import default_task
 
     task = task or default_task()
-    fields = manifest_fields(task)
+    fields, names = manifest_fields(task), facts_of(task.modality)
     started_ns = time.time_ns()
     with no_gc():
         listing = walk(root)  # annotation files included: a change to one changes the rows
-        last = read_cache(cache, fields) if cache else {}
+        last = read_cache(cache, fields, names) if cache else {}
         notes = task.read_annotations(root, listing)
         entries = [e for e in listing if e[0] not in notes.skip]
         keys = {rel: key for rel, kind, key in entries if kind == "file"}
-        facts = reusable(last, keys)
+        facts = reusable(last, keys, len(names))
     if facts:
         verified = verify_cached(root, facts, verify, last.get("started_ns"), cache)
     else:
@@ -310,44 +320,45 @@ def inventory(root: Path, workers: int = 0, max_pixels: int = 0, cache: Path | N
     if todo:
         from tqdm import tqdm
 
-        import stages.lib.images  # noqa: F401  imported once here, inherited by forked workers
+        from stages.lib.modality import get
+
+        get(task.modality_name)  # imported once here, inherited by forked workers
 
         workers = workers or os.cpu_count() or 1
         todo.sort(key=lambda rel: (-keys[rel][0], rel))  # largest first: no straggler at the end
         jobs = batches(todo, workers)
         with (ProcessPoolExecutor(workers, initializer=start_worker,
-                                  initargs=(str(root), max_pixels)) as pool,
+                                  initargs=(str(root), limit, task.modality_name)) as pool,
               tqdm(total=len(todo), desc="ingest", unit="file", disable=None) as bar):
             for batch, rows in zip(jobs, pool.map(inspect_batch, jobs), strict=True):
                 facts.update(zip(batch, rows, strict=True))
                 bar.update(len(batch))
     with no_gc():
-        rows = [make_row(rel, kind, facts.get(rel), notes, fields, key)
+        rows = [make_row(rel, kind, facts.get(rel), notes, fields, names, key)
                 for rel, kind, key in entries]
-        rows += [make_row(rel, "extra", None, notes, fields) for rel in notes.extra]
+        rows += [make_row(rel, "extra", None, notes, fields, names) for rel in notes.extra]
         rows = sorted((r for r in rows if r), key=lambda r: r["path"])
         if cache:
             write_bytes(cache, marshal.dumps({  # strings shared with the rows are stored once
-                "fields": fields, "facts_fields": FACTS, "listing": listing, "rows": rows,
+                "fields": fields, "facts_fields": names, "listing": listing, "rows": rows,
                 "facts": {rel: facts[rel] for rel in keys}, "started_ns": started_ns}))
     return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo),
                   "verified": verified}
 
 
-BLANK = ("",) * len(FACTS)
 DIRLINK = "symlinked folder: not followed; replace it with a real folder"
 
 
-def make_row(rel: str, kind: str, facts, notes, fields, special=None) -> dict | None:
-    """The manifest row of one entry (facts: the FACTS values in order, or None), or None for
-    an empty folder the task has nothing to say about. A decode problem comes first; an
-    annotation problem (notes.errors) shows when the file itself is fine."""
+def make_row(rel: str, kind: str, facts, notes, fields, names, special=None) -> dict | None:
+    """The manifest row of one entry (facts: the values of the facts `names` in order, or
+    None), or None for an empty folder the task has nothing to say about. A decode problem
+    comes first; an annotation problem (notes.errors) shows when the file itself is fine."""
     if kind == "empty" and rel not in notes.errors:
         return None
     values = notes.values.get(rel, {})
     row = dict.fromkeys(fields, "")
     row.update({k: values.get(k, "") for k in fields if k in values})
-    row.update(zip(FACTS, facts or BLANK, strict=True))
+    row.update(zip(names, facts or ("",) * len(names), strict=True))
     row["path"] = rel
     if kind == "dirlink":
         row["error_kind"], row["error"] = "symlink", DIRLINK
@@ -358,9 +369,9 @@ def make_row(rel: str, kind: str, facts, notes, fields, special=None) -> dict | 
     return row
 
 
-def build_manifest(root: Path, workers: int = 0, max_pixels: int = 0, task=None) -> list[dict]:
+def build_manifest(root: Path, workers: int = 0, limit: int = 0, task=None) -> list[dict]:
     """Manifest rows for root, without the cache (task: the default unless given)."""
-    return inventory(Path(root), workers, max_pixels, task=task)[0]
+    return inventory(Path(root), workers, limit, task=task)[0]
 
 
 @click.command()
@@ -372,7 +383,7 @@ def main(params_path, no_cache):
     """Hash and decode every file under `data.source` and write data/manifest.csv.
 
     Reads `task`, `data.source`, `ingest.workers` (0 = all cores) and `validate.max_pixels`
-    (larger images are never decoded) from the params file.
+    (the modality's limit: nothing larger is decoded) from the params file.
     """
     from stages.tasks import current
 
@@ -383,10 +394,10 @@ def main(params_path, no_cache):
             f"data.source: {source} is not a folder. Point data.source in params.yaml at your "
             f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
-    max_pixels = load("validate", params_path).max_pixels
-    cache = None if no_cache else cache_file(source, max_pixels, task)
+    limit = load("validate", params_path).max_pixels
+    cache = None if no_cache else cache_file(source, limit, task)
     ingest = load("ingest", params_path)
-    rows, stats = inventory(source, ingest.workers, max_pixels, cache, task, ingest.verify_cache)
+    rows, stats = inventory(source, ingest.workers, limit, cache, task, ingest.verify_cache)
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add your images there.")
     write_csv(MANIFEST, rows, manifest_fields(task))

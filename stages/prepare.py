@@ -1,9 +1,11 @@
-"""Decode and resize every split image once into data/processed/ so training never decodes files.
+"""Decode every split file once into data/processed/ so training never decodes files.
 
-Writes fixed-size shards per split (stages/lib/shards.py): <split>/images-NNNNN.npy (uint8
-NxHxWxC, up to prepare.shard_size samples) and <split>/targets-NNNNN.npy (the task's targets;
-classification: int64 class indices), and meta.json (the task's meta, e.g. class names, plus
-image size, channels, the normalisation every consumer applies, counts and shard size).
+Writes fixed-size shards per split (stages/lib/shards.py): <split>/images-NNNNN.npy (the stored
+samples as the task's modality decodes them, up to prepare.shard_size; images: uint8 NxHxWxC)
+and <split>/targets-NNNNN.npy (the task's targets; classification: int64 class indices), and
+meta.json (the task's meta, e.g. class names, plus the input size, channels, the normalisation
+every consumer applies, counts and shard size). What a file becomes is the modality's
+(Task.modality: decode, header_facts, choose_shape); this stage only schedules and writes.
 
 prepare.workers processes (0 = all cores) each decode and write whole shards; a shard's bytes
 depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
@@ -76,7 +78,7 @@ class LocalPool:
     never kills a healthy worker: on an error it cancels what has not started and waits for
     the few running jobs (see stopped)."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, modality_name: str):
         self.workers, self.executor = workers, None
         if workers == 1:
             return
@@ -84,7 +86,8 @@ class LocalPool:
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = multiprocessing.get_context("spawn" if os.name != "posix" else "fork")
-        self.executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up)
+        self.executor = ProcessPoolExecutor(workers, mp_context=ctx, initializer=warm_up,
+                                            initargs=(modality_name,))
         self.executor.submit(int)  # forks the workers now, before the tables
 
     def describe(self) -> str:
@@ -105,10 +108,11 @@ class LocalPool:
         return (f.result() for f in as_completed([self.executor.submit(func, job)
                                                   for job in jobs]))
 
-    def write_shards(self, splits, setup, size: int, channels: int, norm: bool) -> tuple:
+    def write_shards(self, splits, setup, size: int, sample: tuple, norm: bool) -> tuple:
         """Every shard of every split, each decoded and written by a worker (setup: what a
-        worker sets itself up from, shard_setup), the parent committing the files. Returns
-        the facts its decodes saw: (train shorter sides, colour count), and the train pixels'
+        worker sets itself up from, shard_setup), the parent committing the files. sample: one
+        stored sample's shape (the modality's input_shape), the channel last. Returns the
+        facts its decodes saw: (train shorter sides, colour count), and the train pixels'
         value counts when `norm` (None otherwise)."""
         import numpy as np
         from tqdm import tqdm
@@ -125,6 +129,7 @@ class LocalPool:
         jobs = ((setup, name, k, splits[name][k * size:(k + 1) * size],
                  sides_from in (None, name)) for name, k, _ in order)
         total = sum(len(r) for r in splits.values())
+        channels = sample[-1]
         bar = tqdm(total=total, desc="prepare", unit="img", disable=None)
         sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)
         # each job writes its own files; a failure raises here and stops the other workers
@@ -158,15 +163,15 @@ def stopped(workers_pool):
     workers_pool.shutdown(wait=True)
 
 
-def read_headers(splits, source, workers_pool) -> tuple:
+def read_headers(splits, source, workers_pool, modality_name: str) -> tuple:
     """(train shorter sides, colour count) from every header, in the pool's processes."""
     chunk = 512
     parts = [rows for rows in splits.values() if len(rows)]
     train = [splits["train"]] if len(splits.get("train", ())) else parts
     n_train = sum((len(rows) + chunk - 1) // chunk for rows in train)
     # both passes in one map: train's sides, then every file's colour
-    jobs = ((source_arg(source), rows[i:i + chunk]) for group in (train, parts) for rows in group
-            for i in range(0, len(rows), chunk))
+    jobs = ((source_arg(source), rows[i:i + chunk], modality_name) for group in (train, parts)
+            for rows in group for i in range(0, len(rows), chunk))
     results = list(workers_pool.imap(header_job, jobs))
     sides = [s for r in results[:n_train] for s in r[0]]
     return sides, sum(r[1] for r in results[n_train:])
@@ -207,7 +212,7 @@ def main(params_path):
     else:
         # the pool first: its workers inherit this process as it is now, without the
         # tables, and import what they decode with while this one reads the tables
-        workers_pool = LocalPool(workers)
+        workers_pool = LocalPool(workers, task.modality_name)
     how = workers_pool.describe()
     try:
         with stopped(workers_pool):
@@ -222,20 +227,19 @@ def main(params_path):
 def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     """Everything after the pool (or the Ray engine) is up: meta, the auto hints, the shards,
     meta.json. how: where the decoding ran, for the last line."""
-    from stages.lib.autoprep import check_norm, choose_shape, needs_headers_first, resolve_norm
+    from stages.lib.autoprep import check_norm, needs_headers_first, resolve_norm
     from stages.lib.params import AUTO
 
+    modality = task.modality
     meta = task.prepare_meta(splits)
     if letterbox or task.letterbox:  # recorded where it is on, and always for detection
-        from stages.lib.images import LETTERBOX
-
-        meta["letterbox"] = LETTERBOX if letterbox else False
+        meta["letterbox"] = modality.LETTERBOX if letterbox else False
     task.encoder({**meta, "source": source_path(source)})  # fail here, not in a worker
     every = sum(len(r) for r in splits.values())
     first = needs_headers_first(p)
     if first:  # auto size/channels: from the headers, before any decode
-        sides, colour = read_headers(splits, source, workers_pool)
-        image_size, channels, lines = choose_shape(p, sides, colour, every)
+        sides, colour = read_headers(splits, source, workers_pool, task.modality_name)
+        image_size, channels, lines = modality.choose_shape(p, sides, colour, every)
         for text in lines:
             click.echo(text)
     else:
@@ -246,10 +250,10 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     # the parent reads no file of the dataset (Amdahl: all that work on every core)
     norm = p.mean == AUTO
     setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
-    (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size, channels,
-                                                        norm)
+    sample = modality.input_shape(input_size(p, image_size), channels)
+    (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size, sample, norm)
     if not first:
-        for text in choose_shape(p, sides, colour, every)[2]:
+        for text in modality.choose_shape(p, sides, colour, every)[2]:
             click.echo(text)
     mean, std, line = resolve_norm(p, channels, counts=counts)
     click.echo(line)

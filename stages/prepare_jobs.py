@@ -1,7 +1,7 @@
 """prepare's jobs: what its worker processes (engine local) and a Ray cluster's tasks
 (engine ray, stages/prepare_ray.py) run, each on one job: a shard's rows, some rows of one, or
 some rows' headers. A job carries its rows and the setup a worker builds itself from (the
-task's encoder, the prepare params; nothing is read from the params file, which a Ray
+task's encoder and modality, the prepare params; nothing is read from the params file, which a Ray
 worker's machine may not have).
 
 This module is never run as __main__ (stages/prepare.py is): its functions are pickled by
@@ -13,7 +13,7 @@ from pathlib import Path
 
 OUT_DIR = Path("data/processed")
 
-_WORKER = {}  # per process: the task's encoder and the prepare params, set by the first job
+_WORKER = {}  # per process: the task's encoder, its modality and the prepare params (first job)
 
 
 def init_worker(task_name, meta, source, image_size, channels, facts, norm, width_buckets=()):
@@ -28,6 +28,7 @@ def init_worker(task_name, meta, source, image_size, channels, facts, norm, widt
 
     task = get(task_name)
     _WORKER.update(encode=task.encoder({**meta, "source": source_path(source)}),
+                   modality=task.modality,
                    dtype=task.target_dtype,
                    source=source_tree(source), image_size=image_size, channels=channels,
                    facts=facts, norm=norm, width_buckets=list(width_buckets),
@@ -57,58 +58,41 @@ def source_arg(source):
     return source if isinstance(source, tuple) else str(source)
 
 
-def warm_up():
-    """A worker's imports, made as it starts (alongside the parent's reading of the tables)."""
+def warm_up(modality_name: str):
+    """A worker's imports, made as it starts (alongside the parent's reading of the tables):
+    the modality's (numpy and Pillow for images) among them."""
     import numpy  # noqa: F401
-    import PIL.Image  # noqa: F401
 
     import stages.lib.autoprep  # noqa: F401
-    import stages.lib.images  # noqa: F401
     import stages.lib.shards  # noqa: F401
+    from stages.lib.modality import get
 
-
-def line_buckets(sizes, image_size, width_buckets):
-    """uint16 bucket width of each line from its header size (width, height): the smallest
-    bucket holding the line as fit scales it (fit pads the rest of the record with the pad
-    value, so the record cut at its bucket is exactly the line fitted to that width)."""
-    import numpy as np
-
-    from stages.lib.images import bucket_of, line_width
-
-    return np.array([bucket_of(line_width(size, image_size), width_buckets) for size in sizes],
-                    dtype=np.uint16)
+    get(modality_name)
 
 
 def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False, header_sizes=None, out=None, done=None):
-    """(uint8 NxHxWxC images, targets) of some rows; encode(row, pixels) gives a target
-    (sized: encode(row, pixels, (width, height)), the image's upright size before the resize,
-    which a letterbox's geometry needs). letterbox: keep the aspect, pad (images.fit).
-    facts: a list that gets each file's (shorter side, grey) from the header this decode opens
-    (prepare's hints, without a second pass over the files); header_sizes: a list that gets
-    each file's header size (OCR's width buckets). out: a uint8 array of at least len(rows)
-    images to decode into (every byte of its first len(rows) is written) instead of a new one:
-    a worker reuses one for all its shards, as fresh pages cost 8-10% of the decode.
-    done: called with i after the first i images are decoded (and encoded), each time."""
+                  letterbox=False, sized=False, header_sizes=None, out=None, done=None, *,
+                  modality):
+    """(uint8 stored samples, targets) of some rows, each file decoded by the task's
+    modality (its decode); encode(row, sample) gives a target (sized: encode(row, sample,
+    size), the file's upright size before the resize, which a letterbox's geometry needs).
+    letterbox: keep the aspect, pad. facts: a list that gets each file's (shorter side, grey)
+    from the header this decode opens (prepare's hints, without a second pass over the
+    files); header_sizes: a list that gets each file's header size (OCR's width buckets).
+    out: a uint8 array of at least len(rows) samples to decode into (every byte of its first
+    len(rows) is written) instead of a new one: a worker reuses one for all its shards, as
+    fresh pages cost 8-10% of the decode. done: called with i after the first i files are
+    decoded (and encoded), each time."""
     import numpy as np
-    from PIL import Image
 
-    from stages.lib.autoprep import grey_header
-    from stages.lib.images import input_hw, model_input, upright_size
-
-    shape = (len(rows), *input_hw(image_size), channels)
+    shape = (len(rows), *modality.input_shape(image_size, channels))
     x = np.zeros(shape, dtype=np.uint8) if out is None else out[:len(rows)]
     if x.shape != shape or x.dtype != np.uint8:
         raise ValueError(f"out: {out.dtype} {out.shape}, not room for uint8 {shape}")
     y = []
     for i, r in enumerate(rows):
-        with Image.open(source / r["path"]) as img:  # what load_image does, header kept
-            if facts is not None:
-                facts.append((min(img.size), grey_header(img)))
-            if header_sizes is not None:
-                header_sizes.append(img.size)
-            size = upright_size(img)
-            x[i] = model_input(img, image_size, channels, letterbox)
+        x[i], size = modality.decode(source / r["path"], image_size, channels, letterbox, facts,
+                                     header_sizes)
         y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
         if done is not None:
             done(i + 1)
@@ -122,7 +106,6 @@ def write_shard(job) -> tuple:
     back to the parent, and the files' temp names: the parent fsyncs and renames them
     (io.commit) while this worker decodes its next shard, instead of this worker waiting on
     the disk."""
-    from stages.lib.images import input_hw
     from stages.lib.shards import ShardWriter
 
     setup, split, k, rows, sides_count = job
@@ -130,7 +113,7 @@ def write_shard(job) -> tuple:
     w = _WORKER
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
-    shape = (len(rows), *input_hw(w["image_size"]), w["channels"])
+    shape = (len(rows), *w["modality"].input_shape(w["image_size"], w["channels"]))
     if w.get("writer") is None:  # one for all this worker's shards (the first is the longest)
         w["writer"] = ShardWriter(OUT_DIR)
     writer = w["writer"]
@@ -138,10 +121,10 @@ def write_shard(job) -> tuple:
     with writer.images(split, k, shape) as images_file:
         x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
                              w["channels"], facts, w["letterbox"], w["sized"], sizes,
-                             images_file.x, done=images_file.filled)
+                             images_file.x, done=images_file.filled, modality=w["modality"])
     widths = None
     if w["width_buckets"]:  # from the headers the decode opened, not a second open
-        widths = line_buckets(sizes, w["image_size"], w["width_buckets"])
+        widths = w["modality"].line_buckets(sizes, w["image_size"], w["width_buckets"])
     written = [*images_file.written, *writer.targets(split, k, y, widths)]
     return (len(rows), *decode_facts(split, x, facts, sides_count), written)
 
@@ -170,16 +153,20 @@ def decode_rows(job) -> tuple:
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
     x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"], sizes)
-    widths = line_buckets(sizes, w["image_size"], w["width_buckets"]) if sizes is not None else None
+                         w["channels"], facts, w["letterbox"], w["sized"], sizes,
+                         modality=w["modality"])
+    widths = (w["modality"].line_buckets(sizes, w["image_size"], w["width_buckets"])
+              if sizes is not None else None)
     return x, y, widths, decode_facts(split, x, facts, sides_count)
 
 
 def header_job(job) -> tuple:
-    """(shorter sides, colour count) of some rows' headers (image_size/channels auto)."""
-    from stages.lib.autoprep import header_facts
+    """(shorter sides, colour count) of some rows' headers (image_size/channels auto), as the
+    modality reads them (its header_facts)."""
+    from stages.lib.modality import get
 
-    source, rows = job
+    source, rows, modality_name = job
     tree = source_tree(source)
+    header_facts = get(modality_name).header_facts
     facts = [header_facts(tree / r["path"]) for r in rows]
     return [side for side, _ in facts], sum(not grey for _, grey in facts)

@@ -61,13 +61,13 @@ class RayPool(RayMap):
                 f"(NFS, a shared volume) and set data.source to it, or push it and set "
                 f"prepare.ray_inputs: remote.") from None
 
-    def write_shards(self, splits, setup, shard_size: int, channels: int, norm: bool) -> tuple:
+    def write_shards(self, splits, setup, shard_size: int, sample: tuple, norm: bool) -> tuple:
         """LocalPool.write_shards' files and facts, decoded in the cluster, written here shard
-        by shard, in order, each streamed to the disk as its chunks come back."""
+        by shard, in order, each streamed to the disk as its chunks come back. sample: one
+        stored sample's shape (the modality's input_shape), the channel last."""
         import numpy as np
         from tqdm import tqdm
 
-        from stages.lib.images import input_hw
         from stages.lib.io import commit
         from stages.lib.raycluster import StorePages
         from stages.lib.shards import ShardWriter
@@ -81,7 +81,7 @@ class RayPool(RayMap):
                  sides_from in (None, name))
                 for name, _, start, n in shards for i in range(start, start + n, CHUNK))
         results = self.imap(decode_rows, jobs)
-        sample = (*input_hw(setup[3]), channels)
+        channels = sample[-1]
         bar = tqdm(total=sum(len(r) for r in splits.values()), desc="prepare (ray)",
                    unit="img", disable=None)
         sides, colour, counts = [], 0, np.zeros((channels, 256), dtype=np.int64)

@@ -109,11 +109,12 @@ def by_given(rows, keys, seed, val, test) -> dict[str, str]:
     return out
 
 
-def plan(rows, seed, val, test, by="hash", distance=-1):
-    """({path: split}, {path: group key}) of the usable rows."""
+def plan(rows, seed, val, test, by="hash", distance=-1, fingerprint=None):
+    """({path: split}, {path: group key}) of the usable rows (fingerprint: the task's
+    modality's, stages/lib/groups.py)."""
     from stages.lib.groups import group_keys
 
-    keys = group_keys(rows, distance)
+    keys = group_keys(rows, distance, fingerprint=fingerprint)
     if by == "given":
         return by_given(rows, keys, seed, val, test), keys
     if by == "time":
@@ -185,9 +186,9 @@ def balance_lines(found) -> list[str]:
     return lines
 
 
-def leakage(rows, where, distance, examples=5) -> dict:
+def leakage(rows, where, distance, examples=5, fingerprint=None) -> dict:
     """Exact and near duplicates across splits: {"train-test": {"exact", "near", "examples"},
-    ...} (exact: contents in both; near: phash pairs of different contents). By hash or time
+    ...} (exact: contents in both; near: fingerprint pairs of different contents). By hash or time
     exact copies never straddle; near pairs may, between two representatives' groups."""
     from collections import defaultdict
 
@@ -205,7 +206,7 @@ def leakage(rows, where, distance, examples=5) -> dict:
                 o["exact"] += 1
                 if len(o["examples"]) < examples:
                     o["examples"].append(f"{by_split[a][0]} = {by_split[b][0]}")
-    for p, q, d in near_duplicate_pairs(rows, distance):
+    for p, q, d in near_duplicate_pairs(rows, distance, fingerprint):
         s = sorted((where[p], where[q]), key=SPLITS.index)
         o = out.get(f"{s[0]}-{s[1]}")
         if o is not None:
@@ -246,7 +247,8 @@ def main(params_path):
     quarantined = {r["path"] for r in read_csv(QUARANTINE)}
     rows = [r for r in read_csv(MANIFEST) if not r["error"] and r["path"] not in quarantined]
     fields = split_fields(task)
-    where, keys = plan(rows, p.seed, p.val, p.test, p.by, distance)
+    fingerprint = task.modality.fingerprint
+    where, keys = plan(rows, p.seed, p.val, p.test, p.by, distance, fingerprint)
     splits = {name: [] for name in SPLITS}
     for r in sorted(rows, key=lambda r: r["path"]):
         splits[where[r["path"]]].append({k: r[k] for k in fields})
@@ -265,7 +267,7 @@ def main(params_path):
     off = balance(rows, where, keys, task, p.val, p.test, p.balance_z) if p.by == "hash" else []
     metrics["balance"] = {"checked": p.by == "hash", "z": p.balance_z, "slack": SLACK,
                           "off_target": len(off), "findings": off}
-    metrics["leakage"] = leakage(rows, where, distance)
+    metrics["leakage"] = leakage(rows, where, distance, fingerprint=fingerprint)
     if p.by == "given":  # the splits the data lacked, carved from train: {split: files}
         metrics["carved"] = {name: len(splits[name]) for name in carved(rows)}
         for name, n in metrics["carved"].items():

@@ -1,7 +1,9 @@
 """The data gate: stop the pipeline before training when any file is unusable, naming each one.
 
-The manifest (plus the per-image facts ingest gathered) is checked with great_expectations, one
+The manifest (plus the per-file facts ingest gathered) is checked with great_expectations, one
 expectation per check, each returning every offender; nothing fails until all checks have run.
+The checks of what a file holds (images: format, size, mode...) are the task's modality's
+(Task.modality: check_columns, expectations, reason); the rest are the same for every input.
 Blocking problems either stop the pipeline (`validate.on_error: fail`) or are listed in
 data/quarantine.csv and left out of the split (`quarantine`); warnings (odd modes that the
 shared conversion handles, duplicates kept together, near-duplicate pairs) never block.
@@ -26,14 +28,10 @@ CHECK_COUNTS = Path("metrics/validation_checks.json")  # {check: count}, not a D
 QUARANTINE = Path("data/quarantine.csv")
 REPORT = Path("reports/validation.html")
 
-EXTENSIONS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".gif": "GIF", ".bmp": "BMP",
-              ".tif": "TIFF", ".tiff": "TIFF", ".webp": "WEBP", ".pgm": "PPM", ".ppm": "PPM",
-              ".pbm": "PPM"}
-
 
 def error_kinds(task) -> list[str]:
     """The manifest's error kinds that validate checks by name, sorted."""
-    return sorted(set(checks.INGEST_ERRORS) | set(task.annotation_errors))
+    return sorted(set(checks.ingest_errors(task.modality)) | set(task.annotation_errors))
 
 
 def error_check(row: dict, task) -> str | None:
@@ -47,9 +45,6 @@ def file_frame(rows, p, task):
     """One row per manifest row; a column is None where its check does not apply."""
     import pandas as pd
 
-    def num(v):
-        return int(v) if str(v).strip() else 0
-
     ok = [not r["error"] for r in rows]
     keys = [task.annotation_key(r) for r in rows]
     labels_of = defaultdict(set)
@@ -62,56 +57,40 @@ def file_frame(rows, p, task):
     return pd.DataFrame({
         "path": [r["path"] for r in rows],
         "ingest_error": [error_check(r, task) for r in rows],
-        "format": [r["format"] if g else None for r, g in zip(rows, ok, strict=True)],
-        "min_side": [min(num(r["width"]), num(r["height"])) if g else None
-                     for r, g in zip(rows, ok, strict=True)],
-        "pixels": [num(r["width"]) * num(r["height"]) if r["width"] else None for r in rows],
+        **task.modality.check_columns(rows, ok, p),
         "labels_per_content": [len(labels_of[r["sha256"]]) if g else None
                                for r, g in zip(rows, ok, strict=True)],
         "content": [r["sha256"] if g and not c and copies[r["sha256"]] > 1 else None
                     for r, g, c in zip(rows, ok, conflict, strict=True)],
-        "mode": [r["mode"] if g else None for r, g in zip(rows, ok, strict=True)],
-        "bits": [num(r["bits"]) if g else None for r, g in zip(rows, ok, strict=True)],
-        "alpha": [num(r["alpha"]) if g else None for r, g in zip(rows, ok, strict=True)],
-        "frames": [num(r["frames"]) if g else None for r, g in zip(rows, ok, strict=True)],
-        "ext_format": [EXTENSIONS.get(Path(r["path"]).suffix.lower()) if g else None
-                       for r, g in zip(rows, ok, strict=True)],
         **columns,
     }), labels_of, findings
 
 
 def file_suite(p, task):
-    """(check, expectation) pairs over file_frame's columns."""
+    """(check, expectation) pairs over file_frame's columns. An error kind the modality checks
+    from its own columns (images: too_large, from the pixel count) is not checked twice."""
     import great_expectations as gx
 
     e = gx.expectations
+    own = task.modality.expectations(p)
+    covered = {check for check, _ in own}
     suite = [(kind, e.ExpectColumnValuesToNotBeInSet(column="ingest_error", value_set=[kind]))
-             for kind in [k for k in error_kinds(task) if k != "too_large"] + [checks.OTHER]]
+             for kind in [k for k in error_kinds(task) if k not in covered] + [checks.OTHER]]
     suite += [
-        ("format", e.ExpectColumnValuesToBeInSet(column="format", value_set=p.formats)),
-        ("too_small", e.ExpectColumnValuesToBeBetween(column="min_side", min_value=p.min_side)),
-        ("too_large", e.ExpectColumnValuesToBeBetween(column="pixels", max_value=p.max_pixels)),
         ("label_conflict", e.ExpectColumnValuesToBeBetween(column="labels_per_content",
                                                            max_value=1)),
         ("duplicate", e.ExpectColumnValuesToBeUnique(column="content")),
-        ("mode", e.ExpectColumnValuesToBeInSet(column="mode", value_set=["L", "RGB"])),
-        ("bit_depth", e.ExpectColumnValuesToBeBetween(column="bits", max_value=8)),
-        ("transparency", e.ExpectColumnValuesToBeInSet(column="alpha", value_set=[0])),
-        ("animated", e.ExpectColumnValuesToBeBetween(column="frames", max_value=1)),
-        ("extension", e.ExpectColumnPairValuesToBeEqual(
-            column_A="ext_format", column_B="format", ignore_row_if="either_value_is_missing")),
     ]
-    return suite + task.file_expectations(p)
+    return suite + own + task.file_expectations(p)
 
 
 def reason(check: str, row: dict, p, extra: dict, task) -> str:
     if check in task.checks:
         return task.reason(check, row, p, extra["findings"])
-    w, h = row["width"], row["height"]
+    own = task.modality.reason(check, row, p)
+    if own is not None:
+        return own
     return {
-        "format": f"unsupported format {row['format']} (validate.formats: {', '.join(p.formats)})",
-        "too_small": f"too small: {w}x{h} (validate.min_side is {p.min_side})",
-        "too_large": row["error"] or f"too large: {w}x{h} > validate.max_pixels ({p.max_pixels})",
         "label_conflict": "label conflict: the same content is labelled "
                           + " and ".join(sorted(extra["labels_of"][row["sha256"]]))
                           + " (" + ", ".join(extra["paths_of"][row["sha256"]]) + ")",
@@ -120,12 +99,6 @@ def reason(check: str, row: dict, p, extra: dict, task) -> str:
             + " (kept in one split)",
         "near_duplicate": "near-duplicate of " + ", ".join(extra["near"].get(row["path"], []))
                           + " (grouped with its nearest representative)",
-        "mode": f"mode {row['mode']}: converted to grey/RGB by the shared preprocessing",
-        "bit_depth": f"{row['bits']}-bit pixels: scaled to 8 bits by the shared preprocessing",
-        "transparency": "transparency: composited onto black by the shared preprocessing",
-        "animated": f"animated ({row['frames']} frames): the first frame is used",
-        "extension": f"extension {Path(row['path']).suffix} but {row['format']} content "
-                     f"(decoded by content)",
     }.get(check, row["error"])
 
 
@@ -136,7 +109,7 @@ def check_all(rows, p, task) -> dict:
     by_path = {r["path"]: r for r in rows}
     frame, labels_of, findings = file_frame(rows, p, task)
     found = checks.offenders(frame, file_suite(p, task), "path")
-    pairs = near_duplicate_pairs(rows, p.near_dup_distance)
+    pairs = near_duplicate_pairs(rows, p.near_dup_distance, task.modality.fingerprint)
     near = defaultdict(list)
     for a, b, d in pairs:
         near[a].append(f"{b} (distance {d})")

@@ -122,7 +122,7 @@ def straddles(a: bytes, b: bytes, seed=42, val=0.15, test=0.15) -> bool:
 
 
 def hamming(a: bytes, b: bytes) -> int:
-    from stages.lib.images import phash
+    from stages.lib.modality.imagecore import phash
 
     with Image.open(io.BytesIO(a)) as x, Image.open(io.BytesIO(b)) as y:
         return bin(int(phash(x), 16) ^ int(phash(y), 16)).count("1")

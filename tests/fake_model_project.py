@@ -16,7 +16,7 @@ PER_CLASS = 4
 def make_fake_project(root) -> Path:
     import torch
 
-    from stages.lib.images import load_image
+    from stages.lib.modality.imagecore import load_image
     from stages.lib.models import save_model
     from stages.lib.shards import write_processed
     from stages.tasks.classification.model import build_model

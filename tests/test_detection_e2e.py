@@ -64,7 +64,8 @@ def test_parity_gate_fails_naming_the_image(detection_project, tmp_path):
 
 def test_predict_rows_carry_boxes_in_original_pixels(detection_project, tmp_path):
     from stages.tasks.detection.boxes import detections
-    from tools.inference import load, read_image
+    from stages.lib.modality.imageserve import read as read_image
+    from tools.inference import load
 
     p = detection_project
     src = sorted((p / "data/sample/images/test").glob("*.png"))[0]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.lib.images import LETTERBOX, LETTERBOX_FILL, letterbox_geometry
+from stages.lib.modality.imagecore import LETTERBOX, LETTERBOX_FILL, letterbox_geometry
 from stages.prepare_jobs import prepare_split
 from stages.tasks.detection import TASK
 from stages.tasks.detection.boxes import to_original
@@ -51,7 +51,7 @@ def encoder(letterbox):
 
 def prepared(path, r, letterbox=True):
     x, y = prepare_split([r], path.parent, encoder(letterbox), "float32", SIDE, 3,
-                         letterbox=letterbox, sized=True)
+                         letterbox=letterbox, sized=True, modality=TASK.modality)
     return x[0], y[0]
 
 
@@ -87,7 +87,7 @@ def test_predict_reads_the_same_pixels_and_maps_boxes_back(tmp_path):
     """tools.predict's reader gives prepare's letterboxed pixels and the upright size; the
     decode predict and serve share (Detection.decode) turns a detection at the target box
     into the drawn box in the original pixels."""
-    from tools.inference import read_image
+    from stages.lib.modality.imageserve import read as read_image
 
     size, box = (240, 90), (150, 20, 230, 80)
     path = draw(tmp_path / "wide.png", size, box)
@@ -123,8 +123,9 @@ def test_square_images_prepare_to_the_squash_bytes(tmp_path):
         r = {"path": path.name, "boxes": json.dumps(boxes)}
         for side in (160, SIDE):
             a = prepare_split([r], tmp_path, encoder(True), "float32", side, 3, letterbox=True,
-                              sized=True)
-            b = prepare_split([r], tmp_path, encoder(False), "float32", side, 3)
+                              sized=True, modality=TASK.modality)
+            b = prepare_split([r], tmp_path, encoder(False), "float32", side, 3,
+                              modality=TASK.modality)
             assert a[0].tobytes() == b[0].tobytes() and a[1].tobytes() == b[1].tobytes()
 
 
@@ -162,8 +163,8 @@ def test_a_drafted_jpeg_letterboxes_with_the_original_geometry(tmp_path):
     226 x 101, whose own letterbox is 64 x 29 at row 17; the original's is 64 x 28 at row 18.
     The drafted input follows the original's geometry (where predict's boxes go back through),
     its box within 1 px of the full decode's."""
-    from stages.lib.images import load_image
-    from tools.inference import load_drafted
+    from stages.lib.modality.imagecore import load_image
+    from stages.lib.modality.imageserve import read_drafted
 
     for size in ((901, 401), (345, 902)):
         w, h = size
@@ -173,7 +174,7 @@ def test_a_drafted_jpeg_letterboxes_with_the_original_geometry(tmp_path):
         path = tmp_path / f"{w}x{h}.jpg"
         Image.fromarray(arr).save(path, quality=95)
         full = load_image(path, SIDE, 3, LETTERBOX)
-        drafted = load_drafted(path, SIDE, 3, (-(-w // 4), -(-h // 4)), LETTERBOX)
+        drafted = read_drafted(path, SIDE, 3, (-(-w // 4), -(-h // 4)), LETTERBOX)
         assert drafted.source_size == size
         left, top, nw, nh = letterbox_geometry(size, SIDE)
         pad = np.ones((SIDE, SIDE), bool)

@@ -55,8 +55,8 @@ def consume(onnx_path, images) -> dict:
 
 
 def torch_top1(model_path, images) -> list[str]:
-    """PyTorch's top-1 through the project's own preprocessing (stages.lib.images)."""
-    from stages.lib.images import load_image, normalize
+    """PyTorch's top-1 through the project's own preprocessing (stages.lib.modality.imagecore)."""
+    from stages.lib.modality.imagecore import load_image, normalize
     from stages.lib.models import predict_outputs
     from stages.tasks import load_model
 
@@ -107,7 +107,7 @@ def test_onnx_file_is_checked_self_contained_and_carries_preprocessing_and_prove
     meta = {p.key: json.loads(p.value) for p in proto.metadata_props}
     assert meta["classes"] == CLASSES and meta["image_size"] == 8 and meta["channels"] == 1
     assert meta["mean"] == [0.5] and meta["std"] == [0.5]
-    from stages.lib.images import sha256_file
+    from stages.lib.io import sha256_file
 
     assert meta["manifest_sha256"] == sha256_file(fake / "data/manifest.csv")
     assert meta["model_sha256"] == sha256_file(fake / "models/model.pt")

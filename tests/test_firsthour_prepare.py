@@ -93,7 +93,7 @@ def test_auto_values_parse(tmp_path):
 
 
 def test_auto_size_rounds_and_caps():
-    from stages.lib.autoprep import AUTO_SIZE_CAP, auto_size
+    from stages.lib.modality.imagefit import AUTO_SIZE_CAP, auto_size
 
     assert auto_size([48] * 5) == 48
     assert auto_size([8, 8, 8]) == 16  # never below 16: the 8x8 digits are prepared at 16
@@ -103,7 +103,7 @@ def test_auto_size_rounds_and_caps():
 
 
 def test_grey_means_every_pixel_grey_including_palettes(tmp_path):
-    from stages.lib.autoprep import is_grey
+    from stages.lib.modality.imagefit import is_grey
 
     Image.new("L", (8, 8)).save(tmp_path / "l.png")
     Image.new("RGB", (8, 8), (5, 5, 5)).save(tmp_path / "rgb.png")  # RGB mode counts as colour

@@ -218,7 +218,7 @@ def test_ingest_gives_special_and_unreadable_entries_blocking_rows(tmp_path):
     assert rows["cat/a.png"]["error"] == "" and rows["dog/b.png"]["error"] == ""
     blocking = checks.blocking(default_task())
     assert {"not_regular", "unreadable", "symlink"} <= set(blocking)
-    assert {"not_regular", "unreadable"} <= set(checks.INGEST_ERRORS)
+    assert {"not_regular", "unreadable"} <= set(checks.ingest_errors(default_task().modality))
 
 
 # --- 6. the ingest cache: ctime and inode in the key, racy files, verify_cache ------------
@@ -251,12 +251,13 @@ def test_ingest_cache_sees_same_size_same_mtime_replacement(tmp_path):
     assert inventory(root, 1, 0, cache)[1]["inspected"] == 0
 
     # verify_cache: a stale sha256 the key cannot see fails loudly and drops the cache
-    from stages.ingest import FACTS
+    from stages.ingest import facts_of
     from stages.lib.io import StageError
+    from stages.tasks import default_task
 
     data = marshal.loads(cache.read_bytes())
     facts = list(data["facts"]["dog/c.png"])
-    facts[FACTS.index("sha256")] = "0" * 64
+    facts[facts_of(default_task().modality).index("sha256")] = "0" * 64
     data["facts"]["dog/c.png"] = facts
     cache.write_bytes(marshal.dumps(data))
     assert inventory(root, 1, 0, cache, verify="none")[1]["verified"] == 0

@@ -55,7 +55,7 @@ def test_export_checks_parity_at_every_bucket_width(bucketed):
 def test_predict_runs_each_line_at_its_bucket(bucketed, tmp_path):
     import torch
 
-    from stages.lib.images import load_image, normalize
+    from stages.lib.modality.imagecore import load_image, normalize
     from stages.tasks import load_model
     from stages.tasks.ocr.ctc import greedy
 

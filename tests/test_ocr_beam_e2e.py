@@ -25,7 +25,8 @@ def lines(ocr_project, tmp_path_factory):
     """24 test lines copied to a folder, and what a width-4 beam makes of the ONNX model's
     logits for each, computed here in-process (tools.inference + stages.tasks.ocr.ctc)."""
     from stages.tasks.ocr.ctc import beam, greedy
-    from tools.inference import load, read_image
+    from stages.lib.modality.imageserve import read as read_image
+    from tools.inference import load
 
     folder = tmp_path_factory.mktemp("beam_lines")
     rows = read_csv(ocr_project / "plots/eval/predictions.csv")[:24]

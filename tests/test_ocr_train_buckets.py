@@ -80,7 +80,7 @@ def test_record_cut_at_its_bucket_is_the_line_fitted_to_that_width(tmp_path):
     [32, bucket], and the pixels past the bucket are the pad value."""
     from PIL import Image
 
-    from stages.lib.images import bucket_of, line_width, load_image
+    from stages.lib.modality.imagecore import bucket_of, line_width, load_image
 
     rng = np.random.default_rng(0)
     for i, w in enumerate([20, 40, 95, 97, 143, 150, 200, 260, 400]):
@@ -136,7 +136,7 @@ def test_prepare_records_each_lines_bucket(bucketed):
             assert width == next(b for b in ALL if b >= scaled)
         assert len(set(widths.tolist())) > 1  # the sample's lines do spread over buckets
     images = images_view("test", root)
-    from stages.lib.images import load_image
+    from stages.lib.modality.imagecore import load_image
 
     for i in range(0, len(rows), 17):  # stored record cut at its bucket == fitted there
         width = int(widths[i])

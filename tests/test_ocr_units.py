@@ -91,7 +91,7 @@ def test_ctc_rule_is_exactly_where_torch_ctc_loss_becomes_infinite(text):
 
 
 def test_a_line_is_scaled_to_the_height_and_padded_with_its_paper(tmp_path):
-    from stages.lib.images import load_image
+    from stages.lib.modality.imagecore import load_image
 
     pixels = np.full((50, 100), 200, dtype=np.uint8)
     pixels[20:30, 10:90] = 20  # ink

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_tool, write_image
-from tools.inference import BadImage, Model, decode, read_image
+from stages.lib.modality.errors import BadInput
+from stages.lib.modality.imageserve import read as read_image
+from tools.inference import Model, decode
 from tools.predict.inputs import expand, iter_inputs
 from tools.predict.rowfile import repair_torn_tail
 
@@ -56,7 +58,7 @@ def test_read_image_names_each_kind_of_bad_file(tmp_path):
     cases = [(text, "not_image", 10**6), (truncated, "corrupt", 10**6),
              (tmp_path / "missing.png", "unreadable", 10**6), (good, "too_large", 199)]
     for path, kind, max_pixels in cases:
-        with pytest.raises(BadImage) as exc:
+        with pytest.raises(BadInput) as exc:
             read_image(path, 8, 1, max_pixels=max_pixels)  # good has 200 pixels
         assert exc.value.kind == kind, (path, exc.value)
 
@@ -253,7 +255,8 @@ def test_sigkill_mid_run_then_restart_gives_each_input_once(trained_project, tmp
 def test_onnxruntime_path_never_imports_torch(trained_project):
     code = (
         "import sys\n"
-        "from tools.inference import load, predict_batch, read_image\n"
+        "from stages.lib.modality.imageserve import read as read_image\n"
+        "from tools.inference import load, predict_batch\n"
         f"model = load('onnxruntime', {str(trained_project / 'models/model.onnx')!r})\n"
         f"image = read_image({str(trained_project / 'data/sample/3/0003.pgm')!r}, "
         "model.image_size, model.channels)\n"

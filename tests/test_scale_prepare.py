@@ -99,7 +99,8 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
     """The hints (explicit size/channels: gathered by the workers while decoding) and the auto
     choices (headers read in parallel first, mean/std from the workers' value counts) are the
     lines and values the serial passes give; shards and meta are the same for 1 and 2 workers."""
-    from stages.lib.autoprep import resolve_norm, resolve_shape
+    from stages.lib.autoprep import resolve_norm
+    from stages.lib.modality.imagefit import resolve_shape
     from stages.lib.io import read_csv
     from stages.lib.params import load
     from stages.lib.shards import images_view

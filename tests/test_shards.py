@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from stages.lib.images import normalize
+from stages.lib.modality.imagecore import normalize
 from stages.lib.shards import images_view, load_split, write_processed
 from tests.conftest import run_stage
 
@@ -37,7 +37,7 @@ def test_prepare_bytes_do_not_depend_on_workers(trained_project, tmp_path):
     assert digests[0] == digests[1]
     assert len([f for f in digests[0] if f.startswith("train/images-")]) > 2
     # the same pixels as decoding the files one by one
-    from stages.lib.images import load_image
+    from stages.lib.modality.imagecore import load_image
     from stages.lib.io import read_csv
 
     rows = read_csv(root / "data/split/val.csv")

@@ -17,7 +17,9 @@ BRIGHTNESS = ROOT / "tests/tasks/brightness"
 
 def test_no_stage_module_names_a_task():
     """Stages look the task up and call it: no `if task == ...` chain, no task's name in code
-    (docstrings may give examples; DEFAULT_TASK is the one declaration of the default)."""
+    (docstrings may give examples; DEFAULT_TASK is the one declaration of the default). And
+    they reach the task's modality through it: from stages.lib.modality a stage module imports
+    `get` alone (Task.modality_name's), never a modality's own module."""
     import ast
 
     from stages.tasks import available
@@ -26,6 +28,14 @@ def test_no_stage_module_names_a_task():
     shells = sorted((ROOT / "stages").glob("*.py")) + sorted((ROOT / "stages/lib").glob("*.py"))
     for path in shells:
         tree = ast.parse(path.read_text())
+        if path.parent == ROOT / "stages":
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "stages.lib.modality":
+                    assert [a.name for a in node.names] == ["get"], (path, node.lineno)
+                modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                           [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                assert not any(m.startswith("stages.lib.modality.") for m in modules), \
+                    (path, node.lineno)
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
                       and node.body and isinstance(node.body[0], ast.Expr)}
@@ -101,7 +111,7 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
     # The headline MAE is what the exported model really does on the test images.
     import onnxruntime as ort
 
-    from stages.lib.images import normalize
+    from stages.lib.modality.imagecore import normalize
 
     meta = json.loads((root / "data/processed/meta.json").read_text())
     assert "classes" not in meta  # nothing of classification leaked in

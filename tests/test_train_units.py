@@ -7,7 +7,8 @@ import torch
 import yaml
 
 from stages.lib import checkpoint as ck
-from stages.lib.augment import EpochBatches, augment, sample_seed
+from stages.lib.augment import EpochBatches, sample_seed
+from stages.lib.modality.imageaug import augment
 from stages.lib.io import StageError
 from stages.lib.models import head_name, init_from, save_model
 from stages.lib.params import Train

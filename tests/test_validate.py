@@ -79,7 +79,7 @@ def test_check_names_and_kinds_are_declared_once():
     every = checks.all_checks(TASK)
     assert all(kind in ("blocking", "warning", "dataset") and description
                for kind, description in every.values())
-    assert set(every) == set(checks.SHARED) | set(TASK.checks) | {checks.OTHER}
+    assert set(every) == set(checks.shared(TASK.modality)) | set(TASK.checks) | {checks.OTHER}
     kinds = checks.blocking(TASK) + checks.warnings(TASK) + checks.dataset(TASK)
     assert sorted(kinds) == sorted(every)  # each check under exactly one kind
     assert set(TASK.annotation_errors) <= set(checks.blocking(TASK))

@@ -75,19 +75,15 @@ def looks_like(source: Path, task) -> tuple | None:
     return marks[0] if marks else None
 
 
-def headers(source: Path, rows: list) -> tuple[list, list]:
+def headers(source: Path, rows: list, modality) -> tuple[list, list]:
     """([(split, width, height, grey)] of up to MAX_HEADERS rows' images, evenly spread), and
-    the paths among them that are not images Pillow can open."""
-    from stages.lib.autoprep import grey_header
-    from stages.lib.images import open_header, upright_size
-
+    the paths among them that the task's modality cannot read a header of (its `header`)."""
     step = max(1, -(-len(rows) // MAX_HEADERS))
     facts, bad = [], []
     for r in rows[::step]:
         try:
-            with open_header(source / r["path"]) as img:
-                facts.append((r.get("split") or "", *upright_size(img), grey_header(img)))
-        except Exception:  # noqa: BLE001 (Pillow raises many kinds on what is not an image)
+            facts.append((r.get("split") or "", *modality.header(source / r["path"])))
+        except Exception:  # noqa: BLE001 (a decoder raises many kinds on what it cannot read)
             bad.append(r["path"])
     return facts, bad
 
@@ -127,7 +123,7 @@ def sniff(task, source: Path):
         raise InitError(exc.message + hint) from None
     rows = [{"path": rel, **v} for rel, v in sorted(found.values.items())
             if rel not in found.errors]
-    facts, not_images = headers(source, rows)
+    facts, not_images = headers(source, rows, task.modality)
     if not facts:
         raise InitError(f"{source}: no {task.name} images init can read in it: expected "
                         f"{task.layouts}.{hint}")

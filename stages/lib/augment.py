@@ -1,12 +1,13 @@
 """Seeded training randomness: the epoch's order and per-sample augmentation.
 
 Every random draw is a pure function of (seed, epoch, sample index): the epoch's permutation
-comes from a generator seeded by (seed, epoch), each sample's augmentation from one seeded by
-(seed, epoch, index), and it always runs at one thread (one_thread). So a resumed run needs no
-sampler state, and the number of DataLoader workers (which fetch batches in any process, in any
-order) cannot change the result.
+comes from a generator seeded by (seed, epoch), each sample's augmentation (task.augment; by
+default its modality's, e.g. stages/lib/modality/imageaug.py) from one seeded by (seed, epoch,
+index), and it always runs at one thread (one_thread). So a resumed run needs no sampler state,
+and the number of DataLoader workers (which fetch batches in any process, in any order) cannot
+change the result.
 
-torch (and torchvision, only when rotation is on) are imported inside the functions.
+torch is imported inside the functions.
 """
 import contextlib
 
@@ -29,47 +30,6 @@ def augmenting(p) -> bool:
     """True when any augmentation in the train params is on."""
     return (p.aug_crop_scale < 1.0 or p.aug_hflip > 0 or p.aug_rotate > 0 or p.aug_jitter > 0
             or getattr(p, "aug_stretch", 0) > 0 or getattr(p, "aug_blur", 0) > 0)
-
-
-def crop_box(u, h: int, w: int, scale: float) -> tuple[int, int, int, int]:
-    """(top, left, height, width) of a random resized crop of an h x w image, from the
-    uniform draws u[0:4]: area fraction in [scale, 1], aspect ratio 3/4..4/3. Every task's
-    augmentation crops with it, so image and target always take the same box."""
-    import math
-
-    area = scale + (1 - scale) * u[0]
-    ratio = math.exp(math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[1])
-    cw = min(w, max(1, round(math.sqrt(area * ratio) * w)))
-    ch = min(h, max(1, round(math.sqrt(area / ratio) * h)))
-    return int(u[2] * (h - ch + 1)), int(u[3] * (w - cw + 1)), ch, cw
-
-
-def augment(x, p, seed: int):
-    """Augment one normalised CxHxW float tensor with the train.aug_* params.
-
-    Eight uniform numbers are drawn per sample, always in the same order, so switching one
-    augmentation on or off never shifts the draws of another.
-    """
-
-    import torch
-
-    u = torch.rand(8, generator=torch.Generator().manual_seed(seed)).tolist()
-    _, h, w = x.shape
-    if p.aug_crop_scale < 1.0:
-        top, left, ch, cw = crop_box(u, h, w, p.aug_crop_scale)
-        crop = x[None, :, top:top + ch, left:left + cw]
-        x = torch.nn.functional.interpolate(crop, size=(h, w), mode="bilinear",
-                                            align_corners=False)[0]
-    if p.aug_hflip > 0 and u[4] < p.aug_hflip:
-        x = x.flip(-1)
-    if p.aug_rotate > 0:
-        from torchvision.transforms.v2 import functional as tvf
-
-        angle = (2 * u[5] - 1) * p.aug_rotate
-        x = tvf.rotate(x, angle, fill=[float(x.min())] * x.shape[0])
-    if p.aug_jitter > 0:  # contrast and brightness on the normalised values
-        x = x * (1 + (2 * u[6] - 1) * p.aug_jitter) + (2 * u[7] - 1) * p.aug_jitter
-    return x
 
 
 def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank: int = 0,
@@ -104,7 +64,7 @@ def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank:
 
 class EpochBatches:
     """Batch b of one epoch on one rank: the samples `indices[b*bs:(b+1)*bs]`, augmented by
-    task.augment (image and target together; classification: augment() above, target
+    task.augment (input and target together; classification: its modality's augment, target
     unchanged).
 
     With plan (bucket_batches' [(indices, width)]), batch b is plan[b]'s samples cut to its
@@ -152,7 +112,7 @@ def one_thread():
     (bilinear interpolation among them: the crop, the zoom-out) round differently depending on
     how their rows are split over threads, so an augmentation run at the trainer's thread count
     in the main process (train.num_workers 0) and at one thread in a worker gave different
-    pixels, and other weights. At one thread everywhere, the augmented bytes depend neither on
+    values, and other weights. At one thread everywhere, the augmented bytes depend neither on
     train.num_workers nor on train.threads or the machine's cores."""
     import torch
 

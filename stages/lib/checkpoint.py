@@ -39,8 +39,8 @@ def code_files() -> list[Path]:
     """The source files whose change invalidates a checkpoint."""
     here = Path(__file__).resolve().parent
     return [here.parent / "train.py", here / "models.py", here / "augment.py",
-            here / "checkpoint.py", here / "images.py", here / "finetune.py", here / "loop.py",
-            here / "distributed.py", here / "trainlog.py"]
+            here / "checkpoint.py", *sorted((here / "modality").glob("*.py")),
+            here / "finetune.py", here / "loop.py", here / "distributed.py", here / "trainlog.py"]
 
 
 def fingerprint(params: dict, data_files, code=None) -> dict:
@@ -49,7 +49,7 @@ def fingerprint(params: dict, data_files, code=None) -> dict:
 
     import torch
 
-    from stages.lib.images import sha256_file
+    from stages.lib.io import sha256_file
 
     code_hash = hashlib.sha256()
     for path in code if code is not None else code_files():

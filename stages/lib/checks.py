@@ -1,40 +1,45 @@
-"""Every validate check's name and kind, in one place: the shared checks here, a task's own in
-its `checks`. validate, the quarantine, metrics/validation_checks.json and the reports all read them
-from here, so a check's kind is never decided twice."""
+"""Every validate check's name and kind, in one place: the shared checks here, the modality's in
+its CHECKS (stages/lib/modality/), a task's own in its `checks`. validate, the quarantine,
+metrics/validation_checks.json and the reports all read them from here, so a check's kind is
+never decided twice."""
 # a check's kind: blocking stops the run (or quarantines the file), warning is reported,
 # dataset is a finding over the whole usable set (class balance...)
 BLOCKING, WARNING, DATASET = "blocking", "warning", "dataset"
 
-SHARED = {
-    "empty": (BLOCKING, "a file of 0 bytes"),
-    "undecodable": (BLOCKING, "a full decode of every frame fails (truncated, random bytes, "
-                              "text)"),
-    "format": (BLOCKING, "a format not in validate.formats"),
-    "too_small": (BLOCKING, "width or height below validate.min_side"),
-    "too_large": (BLOCKING, "more pixels than validate.max_pixels (never decoded)"),
+# The checks of every modality's files: what ingest finds before (empty) or instead of (the
+# rest) a decode, and what the same bytes under two annotations are. The modality adds its own
+# (Task.modality.CHECKS: decode, size, mode...): shared() puts each in its place.
+READ = {"empty": (BLOCKING, "a file of 0 bytes")}
+FILES = {
     "symlink": (BLOCKING, "a symlink escaping the source, broken, in a loop, or a symlinked "
                           "folder"),
     "not_regular": (BLOCKING, "a FIFO, socket or device under the source: never opened"),
     "unreadable": (BLOCKING, "a file or folder that cannot be read (no permission, I/O error)"),
     "label_conflict": (BLOCKING, "the same bytes annotated differently: every copy"),
     "duplicate": (WARNING, "the same bytes, the same annotation: kept in one split"),
-    "near_duplicate": (WARNING, "perceptual hashes within validate.near_dup_distance bits: "
-                                "grouped with the nearest representative, in its split"),
-    "mode": (WARNING, "CMYK, palette, 16-bit...: converted by the shared preprocessing"),
-    "bit_depth": (WARNING, "more than 8 bits per sample: scaled to 8 bits"),
-    "transparency": (WARNING, "an alpha channel: composited onto black"),
-    "animated": (WARNING, "several frames: the first is used"),
-    "extension": (WARNING, "content of another format than the extension says"),
 }
-# The error kinds ingest itself writes (a task adds its `annotation_errors`).
-INGEST_ERRORS = ("empty", "undecodable", "too_large", "symlink", "not_regular", "unreadable")
 OTHER = "error"  # a manifest error of a kind no check knows: blocking
 OTHER_CHECK = (BLOCKING, "any other error in the manifest")
 
 
+def shared(modality) -> dict:
+    """{check: (kind, description)} of the checks every task of this modality has, in the
+    order the report, the quarantine list and the messages give them: empty, the modality's
+    blocking checks, the files' others, the modality's warnings."""
+    own = modality.CHECKS
+    return {**READ, **{k: v for k, v in own.items() if v[0] == BLOCKING}, **FILES,
+            **{k: v for k, v in own.items() if v[0] != BLOCKING}}
+
+
+def ingest_errors(modality) -> tuple:
+    """The error kinds ingest itself writes: its own and the modality's inspect's (a task
+    adds its `annotation_errors`)."""
+    return ("empty", *modality.INSPECT_ERRORS, "symlink", "not_regular", "unreadable")
+
+
 def all_checks(task) -> dict:
     """{check: (kind, description)}: shared, then the task's, then the catch-all."""
-    return {**SHARED, **task.checks, OTHER: OTHER_CHECK}
+    return {**shared(task.modality), **task.checks, OTHER: OTHER_CHECK}
 
 
 def names(task, kind: str) -> list[str]:

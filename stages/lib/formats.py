@@ -89,11 +89,10 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     import onnx
     import torch
 
-    from stages.lib.images import input_hw
     from stages.lib.io import StageError, scratch_dir
     from stages.lib.onnx_clean import strip_source_paths
 
-    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    example = torch.zeros(2, *task.modality.input_spec(meta))
     axes = {0: torch.export.Dim("batch")}
     if task.dynamic_width:  # any width that is a multiple of the task's stride
         axes[3] = task.dynamic_width * torch.export.Dim("width", min=1)
@@ -132,10 +131,9 @@ def torchscript_bytes(model, meta, task) -> bytes:
 
     import torch
 
-    from stages.lib.images import input_hw
     from stages.lib.onnx_clean import strip_torchscript_debug
 
-    example = torch.zeros(2, meta["channels"], *input_hw(meta["image_size"]))
+    example = torch.zeros(2, *task.modality.input_spec(meta))
     buf = io.BytesIO()
     extra = {k: json.dumps(meta[k])
              for k in (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))}

@@ -1,7 +1,9 @@
 """Which files must share a split: same content, near-duplicates and a shared `group` value.
 
 validate reports near-duplicate pairs and split keeps each group together, both through this
-module, so what the report names and what the split does cannot disagree.
+module, so what the report names and what the split does cannot disagree. Near-duplicates are
+files whose fingerprints (the task's modality's `fingerprint` of a manifest row: a 64-bit int,
+for images the perceptual hash) differ in few bits.
 
 Near-duplicate pairs are found by multi-index hashing, in near-linear time: cut the 64-bit hash
 into m blocks; two hashes within d bits differ in at most d blocks, so they agree exactly on at
@@ -17,7 +19,6 @@ long run of lookalikes A~B~C~... never becomes one group.
 """
 import math
 
-PHASH_MIN_SIDE = 16  # below this a perceptual hash cannot tell a duplicate from a lookalike
 BLOCK = 512  # rows per step of the brute-force comparison
 
 
@@ -158,31 +159,35 @@ def _expand(inverse, ui, uj, ud):
     return _finish([lo], [hi], [np.concatenate(out_d)])
 
 
-def hashable(r) -> bool:
-    """Whether a manifest row's perceptual hash is used at all."""
-    return bool(r.get("phash")) and not r.get("error") and min(
-        int(r["width"]), int(r["height"])) >= PHASH_MIN_SIDE
+def fingerprints(rows, fingerprint=None) -> list:
+    """[(row, its fingerprint)] of the rows that have one. fingerprint: the modality's
+    (row -> int or None); the default modality's unless given."""
+    if fingerprint is None:
+        from stages.lib.modality import DEFAULT, get
+
+        fingerprint = get(DEFAULT).fingerprint
+    return [(r, f) for r, f in ((r, fingerprint(r)) for r in rows) if f is not None]
 
 
-def near_duplicate_pairs(rows, distance: int) -> list[tuple[str, str, int]]:
-    """(path a, path b, Hamming distance) of every pair of different files whose perceptual
-    hashes differ in at most `distance` bits; a < b, sorted. Exact copies are not listed here."""
+def near_duplicate_pairs(rows, distance: int, fingerprint=None) -> list[tuple[str, str, int]]:
+    """(path a, path b, Hamming distance) of every pair of different files whose fingerprints
+    differ in at most `distance` bits; a < b, sorted. Exact copies are not listed here."""
     import numpy as np
 
-    usable = sorted((r for r in rows if hashable(r)), key=lambda r: r["path"])
+    usable = sorted(fingerprints(rows, fingerprint), key=lambda rf: rf[0]["path"])
     if distance < 0 or len(usable) < 2:
         return []
-    h = np.array([int(r["phash"], 16) for r in usable], dtype=np.uint64)
+    h = np.array([f for _, f in usable], dtype=np.uint64)
     pairs = []
     for i, j, d in zip(*hash_pairs(h, distance), strict=True):
-        a, b = usable[i], usable[j]
+        a, b = usable[i][0], usable[j][0]
         if a["sha256"] != b["sha256"]:
             pairs.append((a["path"], b["path"], int(d)))
     return sorted(pairs)
 
 
-def near_clusters(rows, distance: int) -> dict[str, str]:
-    """{sha256: its representative's sha256} for the distinct contents with a usable hash.
+def near_clusters(rows, distance: int, fingerprint=None) -> dict[str, str]:
+    """{sha256: its representative's sha256} for the distinct contents with a fingerprint.
 
     Contents are visited in sha256 order; each joins the nearest representative (the first in
     that order on ties) within `distance` bits of it, or else becomes a representative itself
@@ -193,13 +198,12 @@ def near_clusters(rows, distance: int) -> dict[str, str]:
     import numpy as np
 
     content = {}
-    for r in rows:
-        if hashable(r):
-            content.setdefault(r["sha256"], r["phash"])
+    for r, f in fingerprints(rows, fingerprint):
+        content.setdefault(r["sha256"], f)
     shas = sorted(content)
     if distance < 0 or not shas:
         return {s: s for s in shas}
-    h = np.array([int(content[s], 16) for s in shas], dtype=np.uint64)
+    h = np.array([content[s] for s in shas], dtype=np.uint64)
     i, j, d = hash_pairs(h, distance)  # i < j: i comes first in sha order
     earlier = [[] for _ in shas]
     for a, b, bits in zip(i.tolist(), j.tolist(), d.tolist(), strict=True):
@@ -220,13 +224,14 @@ def find(parent: dict, x):
     return x
 
 
-def group_keys(rows, distance: int, chain: bool = False) -> dict[str, str]:
+def group_keys(rows, distance: int, chain: bool = False, fingerprint=None) -> dict[str, str]:
     """{path: group key}; the key is the smallest sha256 among the group's members, so a
     group's split is that of one real file and changes only when a member joins or leaves.
 
     Hard groups: the same content, the same `group` value. Near-duplicates join the group of
     their representative (near_clusters). chain=True is the old rule, kept only to show what it
-    did: every near-duplicate pair unioned transitively."""
+    did: every near-duplicate pair unioned transitively. fingerprint: the modality's (the
+    default modality's unless given)."""
     parent = {r["path"]: r["path"] for r in rows}
 
     def union(a, b):
@@ -240,10 +245,10 @@ def group_keys(rows, distance: int, chain: bool = False) -> dict[str, str]:
             if key[1]:
                 union(first.setdefault(key, r["path"]), r["path"])
     if chain:
-        for a, b, _ in near_duplicate_pairs(rows, distance):
+        for a, b, _ in near_duplicate_pairs(rows, distance, fingerprint):
             union(a, b)
     else:
-        for sha, rep in near_clusters(rows, distance).items():
+        for sha, rep in near_clusters(rows, distance, fingerprint).items():
             if sha != rep:
                 union(first[("sha", sha)], first[("sha", rep)])
     smallest = {}

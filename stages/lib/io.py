@@ -407,3 +407,21 @@ def write_folder(folder, files: dict) -> None:
         write_bytes(tmp / name, data)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
+
+
+HASH_CHUNK = 1 << 20  # sha256_file's read size (ingest hashes a file of at most one at once)
+
+
+def sha256_file(path, missing=None) -> str:
+    """sha256 (hex) of a file, hashed in 1 MiB chunks so a large file is never read into memory
+    at once. missing: what a path that is not a file gives (provenance's ""); None: that
+    raises, as opening it does."""
+    import hashlib
+
+    if missing is not None and not Path(path).is_file():
+        return missing
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

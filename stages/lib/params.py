@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stages.lib.io import StageError
+from stages.lib.modality.imagegate import FORMATS, MAX_PIXELS  # the image knobs' defaults
 from stages.lib.userfiles import read_yaml
 
 PARAMS_FILE = "params.yaml"
 DEFAULT_TASK = "classification"
-MAX_PIXELS = 50_000_000  # default of validate.max_pixels, which predict and serve follow too
 # the widest CTC prefix beam search predict and serve run (--beam K): its time grows about as
 # K squared per line (64: up to 0.4 s a line on 2 cores, 128: 1.3 s; 100000 ran for minutes)
 MAX_BEAM = 64
@@ -63,7 +63,7 @@ class Ingest:
 class Validate:
     min_side: int = knob(8, at_least=1)  # images with a smaller width or height are rejected
     max_pixels: int = knob(MAX_PIXELS, at_least=1)  # larger images are never decoded (bombs)
-    formats: list[str] = knob(["BMP", "GIF", "JPEG", "PNG", "PPM", "TIFF", "WEBP"])  # Pillow's
+    formats: list[str] = knob(FORMATS)  # the modality's format names (images: Pillow's)
     classes: list[str] = knob([])  # expected class names; [] = any
     min_per_class: int = knob(5, at_least=0)  # fewest usable images a class may have
     max_imbalance: float = knob(20.0, at_least=1.0)  # largest class / smallest class, at most

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stages.lib.io import write_json
+from stages.lib.io import sha256_file, write_json
 
 LOG_DIR = Path("logs")
 MANIFEST = Path("data/manifest.csv")
@@ -22,20 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # The code that decides the exported bytes: all of it is a dep of the export stage in dvc.yaml,
 # so the hash in the metadata is the hash `dvc repro` would reproduce.
 EXPORT_CODE = ("stages/export.py", "stages/lib/formats.py", "stages/lib/hooks.py",
-               "stages/lib/images.py", "stages/lib/kernels.py", "stages/lib/models.py",
-               "stages/lib/onnx_clean.py", "stages/lib/parity.py", "stages/lib/provenance.py")
+               "stages/lib/kernels.py", "stages/lib/modality/__init__.py",
+               "stages/lib/modality/image.py", "stages/lib/modality/imagecore.py",
+               "stages/lib/models.py", "stages/lib/onnx_clean.py", "stages/lib/parity.py",
+               "stages/lib/provenance.py")
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
 # selecting a format leaves model.onnx's bytes as they were.
 FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
-
-
-def file_sha256(path) -> str:
-    """sha256 of a file, or "" when it does not exist."""
-    from stages.lib.images import sha256_file
-
-    return sha256_file(path) if Path(path).is_file() else ""
 
 
 def params_hash(params) -> str:
@@ -63,8 +58,8 @@ def run_record(stage: str, params) -> dict:
         "stage": stage,
         "command": sys.argv,
         **git_state(),
-        "manifest_sha256": file_sha256(MANIFEST),
-        "requirements_lock_sha256": file_sha256(LOCK_FILE),
+        "manifest_sha256": sha256_file(MANIFEST, missing=""),
+        "requirements_lock_sha256": sha256_file(LOCK_FILE, missing=""),
         "params": dataclasses.asdict(params) if dataclasses.is_dataclass(params) else params,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -94,7 +89,7 @@ def export_provenance(params_path, task_code, model) -> dict:
     code = hashlib.sha256()
     task_files = [Path(f).relative_to(ROOT).as_posix() for f in task_code]
     for path in sorted([*EXPORT_CODE, *task_files]):
-        code.update(f"{path}\0{file_sha256(path)}\n".encode())
+        code.update(f"{path}\0{sha256_file(path, missing='')}\n".encode())
     # prepare's placement keys (workers, engine, ray_address) are not part of the result
     sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
                 for s in PROVENANCE_PARAMS}
@@ -110,5 +105,6 @@ def export_provenance(params_path, task_code, model) -> dict:
         del sections["export"]["score_threshold"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
-    return {"code_sha256": code.hexdigest(), "manifest_sha256": file_sha256(MANIFEST),
-            "params_sha256": params_hash(params), "model_sha256": file_sha256(model)}
+    return {"code_sha256": code.hexdigest(),
+            "manifest_sha256": sha256_file(MANIFEST, missing=""),
+            "params_sha256": params_hash(params), "model_sha256": sha256_file(model, missing="")}

@@ -4,10 +4,11 @@ Layout of data/processed/ (written by prepare, read by train, evaluate and expor
 
     meta.json                      the task's meta + image_size, channels, mean, std, counts,
                                    shard_size
-    <split>/images-00000.npy       uint8 N x H x W x C, N <= shard_size (only the last is short)
+    <split>/images-00000.npy       N stored samples as the modality decodes them (images: uint8
+                                   N x H x W x C), N <= shard_size (only the last is short)
     <split>/targets-00000.npy      the task's targets of the same N samples (task.target_dtype)
     <split>/widths-00000.npy       prepare.width_buckets only: uint16 N, each line's bucket
-                                   width (its pixels past it are the pad value)
+                                   width (its values past it are the pad value)
     ...
 
 Shard k holds samples [k * shard_size, (k + 1) * shard_size) of the split, in split order, so a
@@ -17,8 +18,8 @@ the code: the bytes are the same whatever the number of workers that wrote them,
 
 Readers never hold a split in memory: `load_split` gives views that read the samples a batch
 asks for with positioned reads from the shard files (the .npy header gives the offset), and the
-normalised view converts per batch. Views are picklable (files reopen in each DataLoader
-worker).
+normalised view converts per batch with the modality's normalize (stages/lib/modality/). Views
+are picklable (files reopen in each DataLoader worker).
 Only numpy here.
 """
 import contextlib
@@ -26,6 +27,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+from stages.lib.modality import DEFAULT, get
 
 IMAGES, TARGETS, WIDTHS = "images", "targets", "widths"
 
@@ -281,11 +284,14 @@ class Split:
 class View:
     """An indexable, picklable view of one split: `view[i]` one sample, `view[a:b]` or
     `view[indices]` a batch, as numpy (or torch tensors when torch=True). kind "images": the
-    uint8 pixels as stored; "x": normalised float32 NxCxHxW (per batch, the same floats as
-    normalising the whole split); "targets": the stored targets."""
+    samples as stored; "x": the model's input, the modality's normalize of them (images:
+    float32 NxCxHxW; per batch, the same floats as normalising the whole split); "targets":
+    the stored targets. modality: the name of the task's (stages/lib/modality/)."""
 
-    def __init__(self, split: Split, kind: str, mean=None, std=None, torch=False):
+    def __init__(self, split: Split, kind: str, mean=None, std=None, torch=False,
+                 modality: str = DEFAULT):
         self.split, self.kind, self.mean, self.std, self.torch = split, kind, mean, std, torch
+        self.modality = modality
         self.poisoned = set()  # sample indices read as +inf (train's POISON test hook)
 
     def __len__(self):
@@ -293,9 +299,10 @@ class View:
 
     @property
     def shape(self):
-        _, inner = self.split.layout(IMAGES if self.kind == "x" else self.kind)
-        if self.kind == "x":
-            inner = (inner[2], inner[0], inner[1])
+        dtype, inner = self.split.layout(IMAGES if self.kind == "x" else self.kind)
+        if self.kind == "x":  # what normalize makes of a sample (images: C x H x W)
+            inner = get(self.modality).normalize(np.zeros((0, *inner), dtype), self.mean,
+                                                 self.std).shape[1:]
         return (self.split.count, *inner)
 
     def head(self, n: int) -> "View":
@@ -303,12 +310,12 @@ class View:
         split = self.split
         if n and n < split.count:
             split = Split(split.root, split.split, n, split.shard_size)
-        view = View(split, self.kind, self.mean, self.std, self.torch)
+        view = View(split, self.kind, self.mean, self.std, self.torch, self.modality)
         view.poisoned = self.poisoned
         return view
 
     def as_torch(self) -> "View":
-        view = View(self.split, self.kind, self.mean, self.std, torch=True)
+        view = View(self.split, self.kind, self.mean, self.std, True, self.modality)
         view.poisoned = self.poisoned
         return view
 
@@ -321,9 +328,7 @@ class View:
         if one and key < 0:
             data = data[None]
         if self.kind == "x":
-            from stages.lib.images import normalize
-
-            data = normalize(data, self.mean, self.std)
+            data = get(self.modality).normalize(data, self.mean, self.std)
             if self.poisoned:
                 rows = np.arange(self.split.count)[key if not one else slice(key, key + 1)]
                 for j, i in enumerate(np.atleast_1d(rows)):
@@ -338,8 +343,9 @@ class View:
         return data
 
 
-def load_split(split: str, root="data/processed", torch=False):
-    """(normalised images view, targets view, meta) of one split written by prepare."""
+def load_split(split: str, root="data/processed", torch=False, modality: str = DEFAULT):
+    """(normalised input view, targets view, meta) of one split written by prepare, the
+    inputs normalised by the modality of that name (the task's: Task.modality_name)."""
     from stages.lib.io import read_json
 
     root = Path(root)
@@ -348,13 +354,14 @@ def load_split(split: str, root="data/processed", torch=False):
         raise FileNotFoundError(f"{root}/meta.json has no shards (written by an older prepare): "
                                 f"run `dvc repro prepare` to rebuild {root}/")
     data = Split(root, split, meta["counts"][split], meta["shard_size"])
-    x = View(data, "x", meta["mean"], meta["std"], torch)
+    x = View(data, "x", meta["mean"], meta["std"], torch, modality)
     y = View(data, TARGETS, torch=torch)
     return x, y, meta
 
 
 def images_view(split: str, root="data/processed") -> View:
-    """The stored uint8 NxHxWxC pixels of one split (what the model saw, before normalising)."""
+    """The stored samples of one split (what the model saw, before normalising; images:
+    uint8 NxHxWxC)."""
     from stages.lib.io import read_json
 
     meta = read_json(Path(root) / "meta.json")

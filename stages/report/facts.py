@@ -151,10 +151,10 @@ def manifest_facts(path=MANIFEST) -> tuple[str, int]:
 
 def code_hashes(root=CODE_DIR) -> tuple[str, list[tuple[str, str]]]:
     """sha256 of every .py file of the pipeline's code (sorted), and one hash over them all."""
-    from stages.lib.provenance import file_sha256
+    from stages.lib.io import sha256_file
 
     files = sorted(p.as_posix() for p in Path(root).rglob("*.py") if "__pycache__" not in p.parts)
-    pairs = [(f, file_sha256(f)) for f in files]
+    pairs = [(f, sha256_file(f, missing="")) for f in files]
     total = hashlib.sha256("".join(f"{f}\0{h}\n" for f, h in pairs).encode()).hexdigest()
     return total, pairs
 

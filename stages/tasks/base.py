@@ -45,6 +45,8 @@ class Annotations:
 
 class Task:
     name = ""
+    # the kind of input the task reads: a module of stages/lib/modality/ (Task.modality)
+    modality_name = "image"
     annotation_fields: tuple = ()  # manifest and split columns after `path`
     checks: dict = {}  # {check: (kind, description)}: the task's own validate checks
     annotation_errors: tuple = ()  # error kinds read_annotations may set (blocking checks)
@@ -67,6 +69,14 @@ class Task:
     headline_metric = ""  # the metrics/eval.json key a reader looks at first
     # {dotted params key: value} the built-in sample needs besides `task` and `data.source`
     sample_params: dict = {}
+
+    @property
+    def modality(self):
+        """The task's modality (stages/lib/modality/): what ingest, validate, prepare, train,
+        predict and serve ask about an input file, its decode and its normalisation."""
+        from stages.lib.modality import get
+
+        return get(self.modality_name)
 
     def configure(self, params: dict) -> None:
         """Called by validate with every section's typed params ({section: params}) before
@@ -107,8 +117,10 @@ class Task:
         """[(dotted prepare key, value, why)]: prepare's settings for one's own data, from the
         header facts [(split, width, height, grey)] of its images (upright sizes; split "" when
         the data has none). Default, square inputs: image_size and channels as prepare's auto
-        chooses them (stages/lib/autoprep.py: sizes from train), mean/std auto (train's)."""
-        from stages.lib.autoprep import AUTO_SIZE_CAP, AUTO_SIZE_MIN, SIZE_MULTIPLE, auto_size
+        chooses them (stages/lib/modality/imagefit.py: sizes from train), mean/std auto
+        (train's)."""
+        from stages.lib.modality.imagefit import (AUTO_SIZE_CAP, AUTO_SIZE_MIN, SIZE_MULTIPLE,
+                                                  auto_size)
 
         sides = sorted(min(w, h) for _, w, h, _ in train_of(images))
         return [
@@ -279,11 +291,9 @@ class Task:
         return []
 
     def augment(self, x, y, p, seed: int):
-        """Augment one sample; image and target move together. Default: the shared pixel
-        augmentations, which leave a target that does not depend on geometry unchanged."""
-        from stages.lib.augment import augment
-
-        return augment(x, p, seed), y
+        """Augment one sample; input and target move together. Default: the modality's
+        augmentation, which leaves a target that does not depend on geometry unchanged."""
+        return self.modality.augment(x, p, seed), y
 
     def loss(self, outputs, targets, p):
         """The training loss (a scalar tensor) of one batch: the shared loop calls

@@ -87,8 +87,10 @@ class _Spec:
     """What decode_input needs of a model, without the model."""
 
     def __init__(self, spec: dict):
+        from stages.lib.modality import get
+
         self.image_size, self.channels = spec["image_size"], spec["channels"]
-        self.letterbox = spec["letterbox"]
+        self.letterbox, self.modality = spec["letterbox"], get(spec["modality"])
 
 
 class Predictor:
@@ -101,9 +103,9 @@ class Predictor:
         self.model.meta.update(spec["meta"])
 
     def predict(self, decoded, batch_size: int, top_k: int) -> list[list[dict]]:
-        from tools.inference import sized
         from tools.predict.rows import infer
 
+        sized = self.model.modality.sized
         batch = [(path, None if img is None else sized(img, size), error)
                  for path, img, size, error in decoded]
         from stages.lib import hooks
@@ -131,7 +133,8 @@ def actor_spec(model, model_path, threads: int) -> dict:
     return {"backend": model.backend, "path": model_file(model.backend, model_path),
             "threads": threads or 1,
             "meta": dict(model.meta), "image_size": model.image_size,
-            "channels": model.channels, "letterbox": model.letterbox}
+            "channels": model.channels, "letterbox": model.letterbox,
+            "modality": model.task.modality_name}
 
 
 def check_retry(ray, exc, index: int, items, attempt: int, spec: dict) -> None:
@@ -167,7 +170,7 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
     from tqdm import tqdm
 
     spec = actor_spec(model, model_path, threads)
-    decode_spec = {k: spec[k] for k in ("image_size", "channels", "letterbox")}
+    decode_spec = {k: spec[k] for k in ("image_size", "channels", "letterbox", "modality")}
     decode = ray.remote(num_cpus=0, max_retries=3)(decode_shard)
     actor_class = ray.remote(num_cpus=spec["threads"], max_restarts=0)(Predictor)
     size = max(1, int(ray.cluster_resources().get("CPU", 1) // spec["threads"]))

@@ -6,16 +6,16 @@ from tools.predict.inputs import Problem
 
 
 def decode_input(path, model, max_pixels: int, source=None) -> tuple:
-    """(path, uint8 image or None, error) of one input: a Problem is never opened; a file that
+    """(path, model input or None, error) of one input: a Problem is never opened; a file that
     cannot be read or decoded gets its error. source: where to read it (default: path)."""
-    from tools.inference import BadImage, read_image
+    from stages.lib.modality.errors import BadInput
 
     if isinstance(path, Problem):
         return (path, None, path.error)
     try:
-        return (path, read_image(source or path, model.image_size, model.channels, max_pixels,
-                                 model.letterbox), "")
-    except BadImage as exc:
+        return (path, model.modality.read(source or path, model.image_size, model.channels,
+                                          max_pixels, model.letterbox), "")
+    except BadInput as exc:
         return (path, None, f"{exc.kind}: {exc}")
 
 

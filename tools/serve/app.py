@@ -116,12 +116,8 @@ def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget
 
 async def warm_up(batcher, model) -> None:
     """A first inference through the batcher: the model really runs before /ready says so."""
-    import numpy as np
-
-    from stages.lib.images import input_hw
-
-    size = (*input_hw(model.image_size), model.channels)
-    await batcher.predict([np.zeros(size, dtype=np.uint8)])  # the model really runs
+    warmup = model.modality.warmup_input(model.image_size, model.channels)
+    await batcher.predict([warmup])  # the model really runs
 
 
 def add_guards(app, max_bytes: int) -> None:
@@ -194,7 +190,7 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> No
 
     from fastapi import File, HTTPException, UploadFile
 
-    from tools.inference import BadImage
+    from stages.lib.modality.errors import BadInput
 
     log = logging.getLogger("uvicorn.error")
     PredictResponse, Error = responses
@@ -217,7 +213,7 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> No
                 images.append(await decode_upload(app, upload, model, max_pixels,
                                                   budget_bytes))
                 errors.append(None)
-            except BadImage as exc:
+            except BadInput as exc:
                 images.append(None)
                 errors.append((exc.kind, name, str(exc)))
         if all(errors):  # nothing to predict: the request fails, naming every file
@@ -242,19 +238,19 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> No
 async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
     """One upload as the model's input, decoded in the decode threads: its header first (the
     decode's cost, refused past max_pixels or the budget), then the decode itself once that
-    cost fits the shared budget. Raises BadImage for a file that cannot be used."""
+    cost fits the shared budget. Raises BadInput for a file that cannot be used."""
     import asyncio
     from functools import partial
-
-    from tools.inference import load_drafted, read_header
 
     source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
     loop = asyncio.get_running_loop()
     cost, draft = await loop.run_in_executor(app.state.decoders, partial(
-        read_header, source, model.channels, max_pixels, budget_bytes, model.image_size))
+        model.modality.read_header, source, model.channels, max_pixels, budget_bytes,
+        model.image_size))
     await app.state.budget.acquire(cost)
     try:
         return await loop.run_in_executor(app.state.decoders, partial(
-            load_drafted, source, model.image_size, model.channels, draft, model.letterbox))
+            model.modality.read_drafted, source, model.image_size, model.channels, draft,
+            model.letterbox))
     finally:
         await app.state.budget.release(cost)

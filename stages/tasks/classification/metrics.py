@@ -117,6 +117,8 @@ def contact_sheet_png(images, rows: list[dict]) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
+    from stages.lib.modality.imagecore import thumbnail
+
     cols = max(1, min(4, len(rows)))
     lines = max(1, math.ceil(len(rows) / cols))
     fig = Figure(figsize=(2.4 * cols, 2.6 * lines), dpi=100, layout="constrained")
@@ -124,9 +126,7 @@ def contact_sheet_png(images, rows: list[dict]) -> bytes:
         fig.text(0.5, 0.5, "no misclassified test images", ha="center", va="center")
     for k, (img, r) in enumerate(zip(images, rows, strict=True)):
         ax = fig.add_subplot(lines, cols, k + 1)
-        grey = img.shape[-1] == 1
-        ax.imshow(img[..., 0] if grey else img, cmap="gray" if grey else None, vmin=0, vmax=255,
-                  interpolation="nearest")
+        thumbnail(ax, img)
         ax.set_axis_off()
         title = f"{r['path']}\ntrue {r['true']} -> {r['predicted']} ({float(r['confidence']):.2f})"
         ax.set_title(title, fontsize=7)

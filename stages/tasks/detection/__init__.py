@@ -178,7 +178,7 @@ class Detection(Task):
     def encoder(self, meta):
         import numpy as np
 
-        from stages.lib.images import letterbox_geometry
+        from stages.lib.modality.imagecore import letterbox_geometry
 
         index = {c: i for i, c in enumerate(meta["classes"])}
         most = meta["max_boxes"]

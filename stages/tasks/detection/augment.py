@@ -15,7 +15,7 @@ boxes with them (dropped under 2 px): small objects for the detector to learn fr
 def augment(x, y, p, seed: int):
     import torch
 
-    from stages.lib.augment import crop_box
+    from stages.lib.modality.imageaug import crop_box
 
     generator = torch.Generator().manual_seed(seed)
     u = torch.rand(8, generator=generator).tolist()

@@ -70,9 +70,10 @@ def match(reference: np.ndarray, candidate: np.ndarray, min_iou: float,
 
 def to_original(dets: np.ndarray, image_size: int, size, letterbox=False) -> np.ndarray:
     """Boxes from model-input pixels (a square image_size input: squashed, or letterboxed,
-    stages.lib.images.letterbox_geometry) to the original image's pixels (size: its upright
-    (width, height)), the padding taken off and the scale undone, clipped to the image."""
-    from stages.lib.images import letterbox_geometry
+    stages.lib.modality.imagecore.letterbox_geometry) to the original image's pixels (size: its
+    upright (width, height)), the padding taken off and the scale undone, clipped to the
+    image."""
+    from stages.lib.modality.imagecore import letterbox_geometry
 
     out = np.asarray(dets, np.float64).copy()
     if not len(out) or size is None:

@@ -126,6 +126,7 @@ def grid_png(images, items, classes, title: str) -> bytes:
     from matplotlib.patches import Rectangle
 
     from stages.lib.charts import png_bytes
+    from stages.lib.modality.imagecore import thumbnail
 
     cols = max(1, min(4, len(items)))
     lines = max(1, math.ceil(len(items) / cols))
@@ -134,10 +135,7 @@ def grid_png(images, items, classes, title: str) -> bytes:
         fig.text(0.5, 0.5, f"no {title}", ha="center", va="center")
     for k, (i, path, t, d) in enumerate(items):
         ax = fig.add_subplot(lines, cols, k + 1)
-        img = images[i]
-        grey = img.shape[-1] == 1
-        ax.imshow(img[..., 0] if grey else img, cmap="gray" if grey else None, vmin=0,
-                  vmax=255, interpolation="nearest")
+        thumbnail(ax, images[i])
         for _, x1, y1, x2, y2 in t:
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color="lime", lw=1))
         for x1, y1, x2, y2, s, c in d:

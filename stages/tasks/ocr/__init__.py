@@ -145,7 +145,7 @@ class OCR(Task):
         return lambda row, pixels: encode(row["text"], index, meta["max_len"])
 
     def build_model(self, name, meta):
-        from stages.lib.images import input_hw
+        from stages.lib.modality.imagecore import input_hw
         from stages.tasks.ocr.model import build_model
 
         height, _ = input_hw(meta["image_size"])

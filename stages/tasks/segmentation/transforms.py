@@ -11,7 +11,7 @@ def augment(x, y, p, seed: int):
     resample the mask by nearest neighbour (rotation fills it with the ignore value), the flip
     flips both, the jitter touches the image only."""
 
-    from stages.lib.augment import crop_box
+    from stages.lib.modality.imageaug import crop_box
 
     u = torch.rand(8, generator=torch.Generator().manual_seed(seed)).tolist()
     _, h, w = x.shape

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.lib.images import inspect_image, load_image, normalize, sha256_file
+from stages.lib.io import sha256_file
+from stages.lib.modality.imagecore import inspect, load_image, normalize
 from tests.conftest import write_image
 
 
@@ -47,8 +48,8 @@ def test_normalize_has_the_bits_of_the_plain_three_pass_form(shape, mean, std):
 def test_inspect_full_decode_catches_truncation(tmp_path):
     good = write_image(tmp_path / "g.png", size=(64, 64))
     (tmp_path / "t.png").write_bytes(good.read_bytes()[:200])
-    assert inspect_image(good)["error"] == ""
-    facts = inspect_image(tmp_path / "t.png")
+    assert inspect(good)["error"] == ""
+    facts = inspect(tmp_path / "t.png")
     assert facts["width"] == 64 and facts["error"].startswith("cannot decode")
 
 
@@ -61,7 +62,7 @@ def test_sha256_reads_in_chunks(tmp_path):
 
 
 def test_odd_modes_convert_one_way(tmp_path):
-    from stages.lib.images import to_model_mode
+    from stages.lib.modality.imagecore import to_model_mode
 
     grey16 = np.arange(0, 65536, 256, dtype=np.uint16).reshape(16, 16)
     Image.fromarray(grey16).save(tmp_path / "deep.png")
@@ -83,26 +84,26 @@ def test_odd_modes_convert_one_way(tmp_path):
 
     frames = [Image.new("L", (8, 8), v) for v in (10, 250)]
     frames[0].save(tmp_path / "anim.gif", save_all=True, append_images=frames[1:])
-    assert inspect_image(tmp_path / "anim.gif")["frames"] == 2
+    assert inspect(tmp_path / "anim.gif")["frames"] == 2
     first = load_image(tmp_path / "anim.gif", 8, 1)
     assert abs(int(first.mean()) - 10) <= 1  # the first frame, however the file was left
 
 
 def test_inspect_reports_facts_and_phash(tmp_path):
     path = write_image(tmp_path / "a.png", size=(40, 30), mode="RGB")
-    facts = inspect_image(path)
+    facts = inspect(path)
     assert (facts["format"], facts["width"], facts["height"], facts["mode"]) == ("PNG", 40, 30,
                                                                                 "RGB")
     assert facts["frames"] == 1 and facts["bits"] == 8 and facts["alpha"] == 0
     assert len(facts["phash"]) == 16
-    assert inspect_image(tmp_path / "a.png", with_phash=False)["phash"] == ""
+    assert inspect(tmp_path / "a.png", with_phash=False)["phash"] == ""
 
 
 BOMB_PROBE = """
 import resource, sys
-from stages.lib.images import inspect_image
+from stages.lib.modality.imagecore import inspect
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-facts = inspect_image(sys.argv[1], max_pixels=50_000_000)
+facts = inspect(sys.argv[1], max_pixels=50_000_000)
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 print(facts["width"], facts["height"], grown // 1024, facts["error"])
 """
@@ -127,7 +128,7 @@ def test_decompression_bomb_is_caught_from_the_header_without_decoding(tmp_path)
 def test_phash_is_imagehash_phash_up_to_resampling():
     import imagehash
 
-    from stages.lib.images import phash
+    from stages.lib.modality.imagecore import phash
     from tests.corrupt import photo
 
     for seed in range(8):
@@ -139,9 +140,9 @@ def test_phash_is_imagehash_phash_up_to_resampling():
 
 
 def test_hash_input_fast_path_is_the_shared_conversion(tmp_path):
-    """inspect_image hashes `hash_input(img)`: for every kind of image it must be the very
+    """inspect hashes `hash_input(img)`: for every kind of image it must be the very
     pixels of `to_model_mode(shrunk(img), 1)`, or manifests would change with the fast path."""
-    from stages.lib.images import (ORIENTATION, hash_input, phash, prefer_grey, shrunk,
+    from stages.lib.modality.imagecore import (ORIENTATION, hash_input, phash, prefer_grey, shrunk,
                                    to_model_mode)
     from tests.corrupt import photo
 
@@ -161,19 +162,19 @@ def test_hash_input_fast_path_is_the_shared_conversion(tmp_path):
         img.save(path, format=fmt, **kw)
         with Image.open(path) as a, Image.open(path) as b:
             frames = getattr(a, "n_frames", 1)
-            for img in (a, b):  # decoded as inspect_image decodes them (RGB JPEGs as grey)
+            for img in (a, b):  # decoded as inspect decodes them (RGB JPEGs as grey)
                 prefer_grey(img, frames)
                 img.load()
             fast, slow = hash_input(a, frames), to_model_mode(shrunk(b), 1)
             assert fast.mode == slow.mode == "L" and fast.size == slow.size, path
             assert fast.tobytes() == slow.tobytes(), path
-            assert phash(fast) == phash(slow) == inspect_image(path)["phash"], path
+            assert phash(fast) == phash(slow) == inspect(path)["phash"], path
 
 
 def test_phash_products_match_the_uint8_form():
     """phash casts to float64 before the matrix products; the values must be those numpy gives
     for the uint8 pixels themselves (the form earlier manifests were written with)."""
-    from stages.lib.images import _hash_matrix
+    from stages.lib.modality.imagecore import _hash_matrix
 
     rng = np.random.default_rng(0)
     for h, w in ((1, 1), (8, 8), (48, 64), (65, 87), (129, 300), (300, 129)):
@@ -184,14 +185,14 @@ def test_phash_products_match_the_uint8_form():
 
 
 def test_grey_jpeg_decode_fails_exactly_when_the_rgb_decode_fails():
-    """inspect_image decodes RGB JPEGs as grey (prefer_grey). That must catch every file a full
+    """inspect decodes RGB JPEGs as grey (prefer_grey). That must catch every file a full
     RGB decode rejects, and no other: truncations, overwritten bytes and cut-out runs of
     baseline, progressive and differently subsampled JPEGs."""
     import io
     import random
     import warnings
 
-    from stages.lib.images import inspect_image
+    from stages.lib.modality.imagecore import inspect
     from tests.corrupt import photo
 
     def rgb_error(data):
@@ -199,7 +200,7 @@ def test_grey_jpeg_decode_fails_exactly_when_the_rgb_decode_fails():
             with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as img:
                 warnings.simplefilter("ignore")
                 img.load()
-        except Exception:  # noqa: BLE001  any failure is a rejection, as in inspect_image
+        except Exception:  # noqa: BLE001  any failure is a rejection, as in inspect
             return True
         return False
 
@@ -219,7 +220,7 @@ def test_grey_jpeg_decode_fails_exactly_when_the_rgb_decode_fails():
         else:
             i = rng.randrange(len(data))
             data = data[:i] + data[i + rng.randrange(1, 200):]
-        facts = inspect_image(io.BytesIO(bytes(data)))
+        facts = inspect(io.BytesIO(bytes(data)))
         assert bool(facts["error"]) == rgb_error(bytes(data)), (trial, facts)
         rejected += bool(facts["error"])
     assert 100 < rejected < 500  # both outcomes were exercised

@@ -1,36 +1,43 @@
-"""The one definition of how a file becomes model input.
+"""The image modality's core: the one definition of how a file becomes model input.
 
-prepare, evaluate, export and predict all go through `load_image` (decode, convert, resize)
-and `normalize` (scale and standardise), so the model never sees pixels prepared two ways.
-`to_model_mode` is the one conversion of odd modes (16-bit, CMYK, palette with transparency,
-animated, EXIF-rotated) to grey or RGB; `inspect_image` is what ingest learns about a file,
-refusing to decode anything whose header promises more than `max_pixels`.
+prepare, evaluate, export and predict all go through `load_image`/`decode` (decode, convert,
+resize) and `normalize` (scale and standardise), so the model never sees pixels prepared two
+ways. `to_model_mode` is the one conversion of odd modes (16-bit, CMYK, palette with
+transparency, animated, EXIF-rotated) to grey or RGB; `inspect` is what ingest learns about a
+file, refusing to decode anything whose header promises more than `max_pixels`; its perceptual
+hash is the `fingerprint` validate and split compare. The modality's other parts build on this
+one (stages/lib/modality/image.py lists them).
 Only numpy and Pillow here: ONNX consumers can preprocess without torch.
 """
 import functools
-import hashlib
 import warnings
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-CHUNK = 1 << 20
 ORIENTATION = 0x0112  # the EXIF tag
 HIGH_BIT_MODES = {"I;16": 16, "I;16B": 16, "I;16L": 16, "I;16N": 16, "I": 32, "F": 32}
-
-
-def sha256_file(path) -> str:
-    """Hash a file in 1 MiB chunks so a large file is never read into memory at once."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+# the manifest columns inspect fills, in order; the error kinds it writes
+FIELDS = ("format", "width", "height", "mode", "error_kind", "error", "frames", "bits", "alpha",
+          "phash")
+INSPECT_ERRORS = ("undecodable", "too_large")
+PHASH_MIN_SIDE = 16  # below this a perceptual hash cannot tell a duplicate from a lookalike
+GREY_MODES = {"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 
 
 def has_alpha(img) -> bool:
     return img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or "transparency" in img.info
+
+
+def grey_header(img) -> bool:
+    """From an opened image's header: a grey mode, or a palette of grey colours only."""
+    if img.mode in GREY_MODES:
+        return True
+    if img.mode in ("P", "PA"):
+        pal = img.getpalette() or []
+        return all(pal[i] == pal[i + 1] == pal[i + 2] for i in range(0, len(pal) - 2, 3))
+    return False
 
 
 def open_header(path):
@@ -44,7 +51,7 @@ def open_header(path):
         Image.MAX_IMAGE_PIXELS = limit
 
 
-def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
+def inspect(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
     """What a full decode of a file (path or binary file object) finds; `error` is empty when
     every frame decodes.
 
@@ -53,7 +60,7 @@ def inspect_image(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
     perceptual hash of the converted first frame) lets validate and split find near-duplicates.
     """
     facts = {"format": "", "width": 0, "height": 0, "mode": "", "error_kind": "", "error": "",
-             "frames": 0, "bits": 0, "alpha": 0, "phash": ""}
+             "frames": 0, "bits": 0, "alpha": 0, "phash": ""}  # FIELDS, in order
     def why(exc):  # the file's name only: outs never hold absolute paths
         if isinstance(exc, UnidentifiedImageError):  # its message holds a path or an address
             return "cannot decode: UnidentifiedImageError: not an image format Pillow knows"
@@ -96,9 +103,9 @@ def prefer_grey(img, frames: int = 1) -> None:
     """Before loading: ask the decoder of a one-frame RGB JPEG for grey, at full size.
 
     libjpeg still entropy-decodes every component of every scan, so a truncated or corrupt file
-    fails exactly as in an RGB decode (tests/test_images.py checks thousands of corruptions);
-    it skips the chroma IDCT, upsampling and colour conversion, about 40% of the decode, and
-    phash wants grey anyway. The grey is the JPEG's own luma (Y), not Pillow's RGB->L.
+    fails exactly as in an RGB decode (tests/test_modality_image.py checks thousands of
+    corruptions); it skips the chroma IDCT, upsampling and colour conversion, about 40% of the
+    decode, and phash wants grey anyway. The grey is the JPEG's own luma (Y), not Pillow's RGB->L.
     """
     if frames == 1 and img.format == "JPEG" and img.mode == "RGB":
         img.draft("L", None)  # None: no DCT scaling, every pixel
@@ -159,6 +166,15 @@ def phash(img) -> str:
     return np.packbits(low > median).tobytes().hex()
 
 
+def fingerprint(row) -> int | None:
+    """A manifest row's perceptual hash as a 64-bit int (Hamming distance: how alike two images
+    look), or None when it is not used: no hash, an error, or a side under PHASH_MIN_SIDE."""
+    if row.get("phash") and not row.get("error") and min(
+            int(row["width"]), int(row["height"])) >= PHASH_MIN_SIDE:
+        return int(row["phash"], 16)
+    return None
+
+
 def to_model_mode(img, channels: int):
     """Convert any decoded image to "L" (channels 1) or "RGB" (channels 3), one way for all.
 
@@ -197,6 +213,23 @@ def input_hw(image_size) -> tuple[int, int]:
     return int(image_size), int(image_size)
 
 
+def input_shape(image_size, channels: int) -> tuple:
+    """One stored sample's shape, (height, width, channels): shards hold uint8 N x H x W x C."""
+    return (*input_hw(image_size), channels)
+
+
+def input_spec(meta: dict) -> tuple:
+    """One model input's shape, (channels, height, width), from meta's image_size and
+    channels (data/processed/meta.json, a model's metadata)."""
+    return (meta["channels"], *input_hw(meta["image_size"]))
+
+
+def warmup_input(image_size, channels: int) -> np.ndarray:
+    """A stored sample the model can run on before any request (serve's first inference):
+    black, uint8 H x W x C."""
+    return np.zeros(input_shape(image_size, channels), dtype=np.uint8)
+
+
 def line_width(size, image_size) -> int:
     """The width (px) a w x h image takes in a line input (image_size [height, width]) before
     fit pads it: scaled to the height with its aspect kept, at most the width."""
@@ -209,6 +242,23 @@ def bucket_of(scaled: int, buckets) -> int:
     """The smallest of the ascending widths `buckets` that holds a line `scaled` px wide (the
     last when none does)."""
     return next((b for b in buckets if b >= scaled), buckets[-1])
+
+
+def line_buckets(sizes, image_size, width_buckets) -> np.ndarray:
+    """uint16 bucket width of each line from its header size (width, height): the smallest
+    bucket holding the line as fit scales it (fit pads the rest of the record with the pad
+    value, so the record cut at its bucket is exactly the line fitted to that width)."""
+    return np.array([bucket_of(line_width(size, image_size), width_buckets) for size in sizes],
+                    dtype=np.uint16)
+
+
+def bucket_width(image_size, width_buckets, source_size) -> int:
+    """The input width an image of source_size (w, h) runs at: the smallest of width_buckets
+    that holds it scaled to the input's height (as fit scales it), else the largest bucket;
+    the input's own width when there are no buckets or no size."""
+    if not width_buckets or source_size is None:
+        return input_hw(image_size)[1]
+    return bucket_of(line_width(source_size, image_size), width_buckets)
 
 
 LETTERBOX_FILL = 114  # the grey a letterboxed input is padded with (YOLO's), every channel
@@ -279,6 +329,20 @@ def model_input(img, image_size, channels: int, letterbox=False) -> np.ndarray:
         *input_hw(image_size), channels)
 
 
+def decode(path, image_size, channels: int, letterbox=False, facts=None, sizes=None):
+    """(the model input of one file, uint8 HxWxC; its upright (width, height) before the
+    resize, which a letterbox's geometry needs), as load_image decodes it, from one open of the
+    file. facts: a list that gets the header's (shorter side, grey); sizes: a list that gets
+    its header (width, height)."""
+    with Image.open(path) as img:
+        if facts is not None:
+            facts.append((min(img.size), grey_header(img)))
+        if sizes is not None:
+            sizes.append(img.size)
+        size = upright_size(img)
+        return model_input(img, image_size, channels, letterbox), size
+
+
 def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     """uint8 NxHxWxC -> float32 NxCxHxW, scaled to [0, 1] then standardised per channel:
     ((x / 255) - mean) / std in float32, element by element. Transposed as it is cast, then
@@ -296,3 +360,11 @@ def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     # contiguous, so it was not copied): torch takes an N x 1 x H x W tensor with a channel
     # stride of 1 for channels-last, and its convolutions then give other bits
     return x.reshape(n, h, w, 1).transpose(0, 3, 1, 2) if c == 1 else x
+
+
+def thumbnail(ax, sample) -> None:
+    """One stored sample (uint8 HxWxC) drawn on a matplotlib axis as the model saw it, grey or
+    colour, pixel for pixel (the reports' and plots' pictures)."""
+    grey = sample.shape[-1] == 1
+    ax.imshow(sample[..., 0] if grey else sample, cmap="gray" if grey else None, vmin=0,
+              vmax=255, interpolation="nearest")
