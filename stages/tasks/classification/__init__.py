@@ -63,7 +63,9 @@ class Classification(Task):
         return checks.file_expectations(p)
 
     def reason(self, check, row, p, findings):
-        return f"unexpected class {row['label']} (validate.classes)"  # its one file check
+        if check == "unexpected_class":  # its one check of its own columns
+            return f"unexpected class {row['label']} (validate.classes)"
+        return row["error"] or check  # an annotation error (annotation_errors): ingest's message
 
     def dataset_findings(self, usable, p, offenders):
         return checks.dataset_findings(usable, p, offenders)
