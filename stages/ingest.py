@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib import safefs
+from stages.lib import safefs, show
 from stages.lib.io import HASH_CHUNK, StageError, write_bytes, write_csv
 from stages.lib.params import load, params_option
 
@@ -292,7 +292,8 @@ def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None =
     given; limit: validate.max_pixels, what the modality's inspect decodes at most, 0 = all).
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused,
-    "verified": cached files rehashed to check the cache (verify: "sample", "all", "none")}.
+    "verified": cached files rehashed to check the cache (verify: "sample", "all", "none"),
+    "warnings": the annotations' own [(name, message)]}.
     """
     import time
 
@@ -315,7 +316,7 @@ def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None =
     if last and last["listing"] == listing and len(facts) == len(keys):
         # nothing changed (and nothing racy): the same rows
         return last["rows"], {"files": len(keys), "inspected": 0, "cached": len(keys),
-                              "verified": verified}
+                              "verified": verified, "warnings": notes.warnings}
     todo = [rel for rel in keys if rel not in facts]
     if todo:
         from tqdm import tqdm
@@ -343,7 +344,7 @@ def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None =
                 "fields": fields, "facts_fields": names, "listing": listing, "rows": rows,
                 "facts": {rel: facts[rel] for rel in keys}, "started_ns": started_ns}))
     return rows, {"files": len(keys), "inspected": len(todo), "cached": len(keys) - len(todo),
-                  "verified": verified}
+                  "verified": verified, "warnings": notes.warnings}
 
 
 DIRLINK = "symlinked folder: not followed; replace it with a real folder"
@@ -402,6 +403,8 @@ def main(params_path, no_cache):
         raise StageError(f"data.source: {source} holds no files; add your images there.")
     write_csv(MANIFEST, rows, manifest_fields(task))
     bad = sum(1 for r in rows if r["error"])
+    for name, message in stats["warnings"]:
+        click.echo(show.text(f"ingest: warning: {name}: {message}"), err=True)
     special = [r["path"] for r in rows if r["error_kind"] == "not_regular"]
     if special:
         shown = ", ".join(special[:5]) + (" ..." if len(special) > 5 else "")

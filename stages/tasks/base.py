@@ -36,11 +36,14 @@ class Annotations:
       found nothing wrong; every error_kind must be one of the task's blocking checks.
     skip: files under the source that are annotations, not images (labels.csv, YOLO .txt).
     extra: paths that get a manifest row without a file (listed in annotations, not found).
+    warnings: [(name, message)] about the annotations as a whole that block nothing (detection:
+      `unused_classes`); ingest prints each as `ingest: warning: <name>: <message>`.
     """
     values: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     skip: set = field(default_factory=set)
     extra: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
 
 class Task:

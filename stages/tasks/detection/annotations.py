@@ -5,7 +5,7 @@ normalised to 0-1) and `data.yaml` (`names`: a list, or a {id: name} mapping). A
 label file is background (no boxes); a label file with no image is a row of its own
 (`orphan_label`).
 COCO: `annotations/instances_<split>.json` plus the images, at `file_name` relative to the
-source (or under `images/<split>/` or `<split>/`). Categories are matched by id, `iscrowd`
+source (or under `images/<split>/` or `<split>/`). Categories are matched by id, `iscrowd: 1`
 annotations are left out (neither truth nor error), an annotation of an unknown image id is a
 row of its own (`coco_unknown_image`), a listed image that is not there is `missing`.
 
@@ -13,7 +13,8 @@ Every box becomes [where, label, xc, yc, w, h] (normalised floats) in the manife
 column (JSON): `where` is the label file's line number or "annotation <id>" (COCO), `label` the
 class name, or `#<id>` for a class id not in the names. A row that cannot be read is
 [where, "!", why]: a COCO number must be a finite JSON number (never NaN, Infinity or a
-string). validate judges them (checks.py); nothing here refuses a box. An image entry that
+string), `iscrowd` 0 or 1, `area` (optional) at least 0, `segmentation` (optional) polygons or an
+RLE. validate judges them (checks.py); nothing here refuses a box. An image entry that
 cannot be trusted (a bad id, width or height, an id or a file listed twice) is an error of its
 file's row and gives it no boxes; `declared_size` is the COCO entry's `WxH` ("" for YOLO).
 `annotation_sha256` is the hash of the image's label file (YOLO) or of its annotations as
@@ -39,16 +40,59 @@ def dumps(value) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+NAMES_FORM = ("`names` must be a list of class names (names: [red, green]) or a mapping from "
+              "integer class ids, the first column of the label files, to names (names: {0: "
+              "red, 1: green})")
+
+
 def read_names(path) -> dict:
-    """{class id: name} from data.yaml's `names` (a list or a mapping)."""
+    """{class id: name} from data.yaml's `names` (a list or a mapping); StageError naming the
+    file, the bad entry and NAMES_FORM for anything else."""
     data = read_yaml(path)
     names = (data or {}).get("names") if isinstance(data, dict) else None
     if isinstance(names, list):
-        return {i: str(n) for i, n in enumerate(names)}
-    if isinstance(names, dict):
-        return {int(k): str(v) for k, v in names.items()}
-    raise StageError(f"{path}: `names` must be a list of class names or an {{id: name}} "
-                     f"mapping.")
+        return {i: class_name(path, n, f"names[{i}]") for i, n in enumerate(names)}
+    if not isinstance(names, dict):
+        raise StageError(f"{path}: {NAMES_FORM}; it is {shown(names)}.")
+    out = {}
+    for key, value in names.items():
+        text = key.strip() if isinstance(key, str) else None
+        if isinstance(key, bool) or not (isinstance(key, int) or (text and text.isdecimal()
+                                                                  and text.isascii())):
+            raise StageError(f"{path}: `names` key {shown(key)} is not a class id; {NAMES_FORM}.")
+        cls = int(key)
+        if cls < 0:
+            raise StageError(f"{path}: `names` key {cls} is negative; {NAMES_FORM}.")
+        if cls in out:
+            raise StageError(f"{path}: `names` gives class id {cls} twice ({out[cls]!r} and "
+                             f"{value!r}); keep one.")
+        out[cls] = class_name(path, value, f"names[{cls}]")
+    return out
+
+
+def class_name(path, value, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
+        raise StageError(f"{path}: {where} is {shown(value)}, not a class name; {NAMES_FORM}.")
+    return str(value)
+
+
+UNUSED_SHOWN = 5  # unused_classes names this many of data.yaml's classes that have no box
+
+
+def unused_classes(names: dict, used: set) -> list:
+    """[("unused_classes", message)] when some of data.yaml's classes have no box in any label
+    file (a data.yaml of another dataset, 100,000 names for 2 classes); [] when every one is
+    used. The model's classes are the ones with boxes, so nothing breaks: a warning."""
+    unused = [names[i] for i in sorted(names) if i not in used]
+    if not unused:
+        return []
+    more, count = len(unused) - UNUSED_SHOWN, len(names) - len(unused)
+    return [("unused_classes", f"data.yaml names {len(names)} classes, {count} of them "
+             f"({100 * count / len(names):.3g}%) used by a box; "
+             f"{len(unused)} have none: " + ", ".join(unused[:UNUSED_SHOWN])
+             + (f" and {more} more" if more > 0 else "")
+             + ". The model learns only the classes with boxes: check that data.yaml belongs "
+               "to this dataset")]
 
 
 def parse_yolo(text: str, names: dict) -> list:
@@ -88,7 +132,7 @@ def read_yolo(source, listing) -> Annotations:
     files = {rel for rel, kind, _ in listing if kind == "file"}
     labels = {rel for rel in files if rel.startswith("labels/") and rel.endswith(".txt")}
     out.skip |= labels
-    label_of = {}
+    label_of, used = {}, set()
     for rel, kind, _ in listing:
         if kind != "file" or rel in out.skip:
             continue
@@ -106,7 +150,9 @@ def read_yolo(source, listing) -> Annotations:
                                                      f"({exc.strerror})")
                     data = b""
                 values["annotation_sha256"] = hashlib.sha256(data).hexdigest() if data else ""
-                values["boxes"] = dumps(parse_yolo(data.decode("utf-8", "replace"), names))
+                boxes = parse_yolo(data.decode("utf-8", "replace"), names)
+                used.update(b[1] for b in boxes if b[1] != "!")
+                values["boxes"] = dumps(boxes)
             else:
                 values["boxes"] = ""  # no label file: background (validate: no_labels)
         out.values[rel] = values
@@ -116,6 +162,7 @@ def read_yolo(source, listing) -> Annotations:
         out.errors[label] = ("orphan_label", "a label file with no image (expected "
                              + str(PurePosixPath("images", *PurePosixPath(label).parts[1:])
                                    .with_suffix(".*")) + ")")
+    out.warnings += unused_classes(names, {i for i, n in names.items() if n in used})
     return out
 
 
@@ -212,15 +259,60 @@ def annotation_order(ann) -> tuple:
     return (0, i, "") if isinstance(i, int) and not isinstance(i, bool) else (1, 0, shown(i))
 
 
+def crowd(ann) -> bool:
+    """Whether an annotation is a crowd region: `iscrowd` is 1 (0 or absent: an object);
+    ValueError for anything else ("0", NaN, 2, true), and for an `area` that is not a finite
+    number >= 0 or a `segmentation` that is neither polygons nor an RLE (both optional)."""
+    value = ann.get("iscrowd", 0)
+    if isinstance(value, bool) or value not in (0, 1):  # 1.0 is 1; "0", NaN, null are not
+        raise ValueError(f"iscrowd is {shown(value)}, not 0 or 1")
+    if "area" in ann and number(ann["area"], "area") < 0:
+        raise ValueError(f"area is {shown(ann['area'])}, not 0 or above")
+    if "segmentation" in ann:
+        segmentation(ann["segmentation"])
+    return value == 1
+
+
+def segmentation(value) -> None:
+    """ValueError unless value is COCO's polygons (a list of lists of an even number of finite
+    numbers; [] when there are none) or an RLE ({"counts": a string or a list of integers,
+    "size": [height, width]})."""
+    if isinstance(value, list):
+        for k, polygon in enumerate(value):
+            if not isinstance(polygon, list) or len(polygon) % 2:
+                raise ValueError(f"segmentation[{k}] is {shown(polygon)}, not a polygon (a list "
+                                 f"of x, y numbers)")
+            for i, v in enumerate(polygon):
+                number(v, f"segmentation[{k}][{i}]")
+        return
+    if isinstance(value, dict) and set(value) >= {"counts", "size"}:
+        size, counts = value["size"], value["counts"]
+        if not isinstance(size, list) or len(size) != 2:
+            raise ValueError(f"segmentation size is {shown(size)}, not [height, width]")
+        for i, v in enumerate(size):
+            integer(v, f"segmentation size[{i}]")
+        if isinstance(counts, list):
+            for i, v in enumerate(counts):
+                integer(v, f"segmentation counts[{i}]")
+        elif not isinstance(counts, str):
+            raise ValueError(f"segmentation counts is {shown(counts)}, not an RLE (a string or "
+                             f"a list of integers)")
+        return
+    raise ValueError(f"segmentation is {shown(value)}, not polygons (a list of lists) or an RLE "
+                     f"({{counts, size}})")
+
+
 def coco_boxes(anns, categories, w: float, h: float) -> list:
     """The boxes of one image's annotations (crowd ones left out), normalised by its declared
-    size; an annotation with a bad number is a malformed row naming it."""
+    size; an annotation with a bad number, a bad `iscrowd`, `area` or `segmentation` is a
+    malformed row naming it (a bad `iscrowd` is never read as a crowd: its box would vanish
+    without a word)."""
     boxes = []
     for ann in anns:
-        if ann.get("iscrowd"):
-            continue
         where = f"annotation {ann.get('id')}"
         try:
+            if crowd(ann):
+                continue
             cat = integer(ann.get("category_id"), "category_id")
             bbox = ann.get("bbox")
             if not isinstance(bbox, list) or len(bbox) != 4:

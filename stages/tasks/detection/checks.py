@@ -21,7 +21,9 @@ CHECKS = {
     "coco_size_mismatch": (BLOCKING, "a COCO image entry's width/height differs from the "
                                      "file's (its boxes would be scaled wrong)"),
     "malformed_box": (BLOCKING, "a label row with the wrong column count or not a finite number "
-                                "(COCO: a bbox or category_id that is NaN, Infinity or a string)"),
+                                "(COCO: a bbox or category_id that is NaN, Infinity or a string, "
+                                "an iscrowd not 0 or 1, an area below 0 or not a number, a "
+                                "segmentation neither polygons nor an RLE)"),
     "unknown_class": (BLOCKING, "a class id not in data.yaml's names / COCO's categories (or "
                                 "not in validate.classes)"),
     "box_outside": (BLOCKING, "box corners outside [0, 1] (the image) beyond "
