@@ -163,8 +163,9 @@ def test_a_transcript_of_only_invisible_characters_is_a_named_warning(tmp_path):
     assert len(warning) == 1, proc.stdout
     for name in INVISIBLE:
         assert f"bad/{name}.png" in warning[0], warning
+    assert "bad/e\\x1b[31mred.png" in warning[0]  # ESC amid visible text: flagged too
     counts = json.loads((root / "metrics/validation_checks.json").read_text())
-    assert counts["invisible_text"] == len(INVISIBLE)
+    assert counts["invisible_text"] == len(INVISIBLE) + 1
 
 
 def test_with_a_charset_invisible_characters_block_and_are_printed_escaped(tmp_path):

@@ -26,15 +26,41 @@ CHECKS = {
     "unknown_char": (BLOCKING, "a character outside validate.charset (when it is given)"),
     "aspect": (BLOCKING, "a line taller than wide by more than validate.max_aspect"),
     "whitespace": (WARNING, "leading or trailing whitespace in a transcript"),
-    "invisible_text": (WARNING, "a transcript of only control or zero-width characters (NUL, "
-                                "ESC, U+200B, U+202E...): nothing to read; with "
-                                "validate.charset they are unknown_char, which blocks"),
+    "invisible_text": (WARNING, "a transcript holding a control (Cc), format (Cf) or line or "
+                                "paragraph separator (Zl, Zp) character (NUL, ESC, VT, DEL, "
+                                "U+200B, U+202E, U+2028...), alone or among visible text: it "
+                                "prints nothing or moves what follows; with validate.charset "
+                                "they are unknown_char, which blocks"),
 }
+SHOWN = 60  # characters of a transcript a message quotes; the rest is counted
+SHOWN_CHARS = 20  # characters unknown_char and invisible_text list at most
 
 
 def only_invisible(text: str) -> bool:
     """Not blank, yet nothing but invisible characters and whitespace (stages.lib.show)."""
     return bool(text.strip()) and all(invisible(c) or c.isspace() for c in text)
+
+
+def has_invisible(text: str) -> bool:
+    """Any control, format or line/paragraph separator character (stages.lib.show.INVISIBLE),
+    TAB included."""
+    return any(invisible(c) for c in text)
+
+
+def clip(text: str) -> str:
+    """A transcript as a message quotes it: its repr (invisible characters escaped), cut to
+    SHOWN characters with the length after it."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r}… ({len(text)} chars)"
+
+
+def listed(chars) -> str:
+    """Distinct characters as U+XXXX (sorted), SHOWN_CHARS at most and how many more."""
+    chars = sorted(set(chars))
+    more = len(chars) - SHOWN_CHARS
+    return ", ".join(f"U+{ord(c):04X}" for c in chars[:SHOWN_CHARS]) + (
+        f" and {more} more" if more > 0 else "")
 
 
 def repeats(text: str) -> int:
@@ -66,7 +92,7 @@ def check_columns(rows, ok, p, geometry) -> dict:
         cols["unknown_chars"].append(sum(c not in charset for c in text) if charset else None)
         cols["aspect"].append(h / w if w else 0.0)
         cols["edge_space"].append(int(text != text.strip()) if text.strip() else 0)
-        cols["text_invisible"].append(int(only_invisible(text)))
+        cols["text_invisible"].append(int(has_invisible(text)))
     return cols
 
 
@@ -94,18 +120,26 @@ def reason(check, row, p, geometry) -> str:
         return "empty transcript"
     if check == "too_long":
         t = frames(w, h, geometry)
-        return (f"transcript {text!r} needs {len(text) + repeats(text)} CTC frames ({len(text)} "
-                f"characters + {repeats(text)} adjacent repeats) but the {w}x{h} line gives {t} "
-                f"at prepare.height {geometry[0]} (prepare.width {geometry[1]}, stride {STRIDE})")
+        return (f"transcript {clip(text)} needs {len(text) + repeats(text)} CTC frames "
+                f"({len(text)} characters + {repeats(text)} adjacent repeats) but the {w}x{h} "
+                f"line gives {t} at prepare.height {geometry[0]} (prepare.width {geometry[1]}, "
+                f"stride {STRIDE})")
     if check == "unknown_char":
-        bad = sorted({c for c in text if c not in set(p.charset)})
-        return f"characters outside validate.charset: {' '.join(map(repr, bad))}"
+        charset = set(p.charset)
+        bad = sorted({c for c in text if c not in charset})
+        more = len(bad) - SHOWN_CHARS
+        return (f"characters outside validate.charset: {' '.join(map(repr, bad[:SHOWN_CHARS]))}"
+                + (f" and {more} more" if more > 0 else ""))
     if check == "aspect":
         return (f"{w}x{h}: taller than wide by {h / w:.2f} > validate.max_aspect "
                 f"({p.max_aspect}); is it rotated or not a text line?")
     if check == "whitespace":
-        return f"leading or trailing whitespace in {text!r} (kept as written)"
+        return f"leading or trailing whitespace in {clip(text)} (kept as written)"
     if check == "invisible_text":
-        return (f"transcript {text!r} holds only control or zero-width characters: fix the "
-                f"transcript, or set validate.charset to block such lines")
+        bad = [c for c in text if invisible(c)]
+        what = ("holds only control or zero-width characters" if only_invisible(text) else
+                f"holds {len(bad)} control, format or separator character(s) ({listed(bad)}) "
+                f"among its text")
+        return (f"transcript {clip(text)} {what}: fix the transcript"
+                + ("" if p.charset else ", or set validate.charset to block such lines"))
     return row["error"] or check  # an annotation error: ingest's message
