@@ -138,3 +138,35 @@ def read_yaml(path, root=None):
             from None
     finally:
         loader.dispose()
+
+
+# A text annotation file (labels.csv, rec_gt.txt, a .jsonl, an OCR x.txt) may start with a
+# UTF-8 byte-order mark (Excel's "CSV UTF-8" and Windows Notepad write one): it is dropped, as
+# Python's utf-8-sig does. A UTF-16 or UTF-32 mark means another encoding: named, never guessed.
+UTF8_BOM = b"\xef\xbb\xbf"
+OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+              (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))  # UTF-32 LE before UTF-16 LE
+BOM_HELD = "U+FEFF (a byte-order mark, left by joining files saved with one): remove it"
+
+
+def other_encoding(data: bytes) -> str:
+    """Why bytes that start with a UTF-16 or UTF-32 byte-order mark are not UTF-8 text ("" when
+    they do not)."""
+    for bom, name in OTHER_BOMS:
+        if data.startswith(bom):
+            return (f"it is {name} text (it starts with the byte-order mark "
+                    f"{bom.hex(' ').upper()}); save it as UTF-8")
+    return ""
+
+
+def utf8_text(path, data: bytes) -> str:
+    """data (the bytes of the text file at path) decoded as UTF-8 without a leading byte-order
+    mark; StageError naming the file for UTF-16/32 or bytes that are not UTF-8."""
+    why = other_encoding(data)
+    if why:
+        raise StageError(f"{path}: {why}.")
+    try:
+        return data.removeprefix(UTF8_BOM).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8.") \
+            from None

@@ -7,10 +7,12 @@ the manifest's `split` column (used by split.by: given). labels.csv: `path,label
 `group`, `timestamp` and `split`; a file it does not list is unlabelled, a row without a file is
 missing.
 """
+import csv
+import io
 from pathlib import Path
 
-from stages.lib.io import StageError, read_csv
-from stages.lib.userfiles import check_inside
+from stages.lib.io import StageError
+from stages.lib.userfiles import BOM_HELD, check_inside, utf8_text
 from stages.tasks.base import Annotations
 
 LABELS = "labels.csv"
@@ -21,14 +23,17 @@ EMPTY_FOLDER = "empty class folder: it holds no files; remove it or add images"
 
 def read_labels(root: Path) -> dict[str, dict] | None:
     """{path: {label, group, timestamp, split}} from <root>/labels.csv, or None when there is
-    none."""
+    none. UTF-8, a leading byte-order mark dropped (userfiles.utf8_text)."""
     path = root / LABELS
     if not path.is_file():
         return None
-    rows = read_csv(check_inside(root, path))
+    text = utf8_text(path, check_inside(root, path).read_bytes())
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     if not rows or not {"path", "label"} <= set(rows[0]):
+        held = any("\ufeff" in str(k) for k in (rows[0] if rows else ()))
         raise StageError(f"{path}: needs a header with `path,label` (and optionally `group`, "
-                         f"`timestamp`, `split`) and one row per image.")
+                         f"`timestamp`, `split`) and one row per image"
+                         + (f"; its header holds {BOM_HELD}" if held else "") + ".")
     seen = {}
     for r in rows:
         if r["path"] in seen:
@@ -68,7 +73,9 @@ def read_annotations(source: Path, listing: list) -> Annotations:
     for rel in sorted(set(labels or ()) - listed):
         out.values[rel] = labels[rel]
         out.errors[rel] = ("missing", f"missing: listed in {LABELS} but not found under "
-                                      f"data.source")
+                                      f"data.source"
+                                      + (f"; its path holds {BOM_HELD}" if "\ufeff" in rel
+                                         else ""))
         out.extra.append(rel)
     return out
 
@@ -88,5 +95,7 @@ def write_subset_labels(source: Path, dest: Path, found: Annotations, chosen: se
 
     if LABELS not in found.skip:
         return
-    rows = read_csv(source / LABELS)
+    rows = list(csv.DictReader(io.StringIO(utf8_text(source / LABELS,
+                                                     (source / LABELS).read_bytes()),
+                                           newline="")))
     write_csv(dest / LABELS, [r for r in rows if r["path"] in chosen], list(rows[0]))

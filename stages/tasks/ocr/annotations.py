@@ -6,6 +6,9 @@
 3. otherwise pairs: `x.png` (any image) beside `x.txt` holding its transcript (UTF-8; one final
    newline is dropped).
 
+Every one is UTF-8; a byte-order mark at the start (of the file, or of a list's line) is dropped,
+a UTF-16 or UTF-32 file is a `bad_list` naming its encoding.
+
 The transcript and its SHA-256 go into the manifest (columns `text`, `text_sha256`), so the
 split, the fingerprint and dvc.lock cover the labels. Problems become annotation errors of the
 entry they concern, every one collected: a list that is not UTF-8 (named with its line numbers,
@@ -17,7 +20,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from stages.lib.userfiles import NOT_READ, check_inside, outside
+from stages.lib.userfiles import BOM_HELD, NOT_READ, UTF8_BOM, check_inside, other_encoding, outside
 from stages.tasks.base import Annotations
 
 LIST = "rec_gt.txt"
@@ -29,10 +32,15 @@ def text_values(text: str) -> dict:
 
 
 def parse_list(path: Path, kind: str):
-    """({path: text}, {path: error} for second and later entries, [list problems])."""
+    """({path: text}, {path: error} for second and later entries, [list problems]). A UTF-8
+    byte-order mark at the start of a line is dropped (userfiles.UTF8_BOM); a UTF-16 or UTF-32
+    list is one problem naming its encoding (no entries)."""
     entries, errors, problems, bad_lines = {}, {}, [], []
-    for n, raw in enumerate(path.read_bytes().split(b"\n"), 1):
-        raw = raw.removesuffix(b"\r")
+    data = path.read_bytes()
+    if other_encoding(data):
+        return entries, errors, [other_encoding(data)]
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        raw = raw.removesuffix(b"\r").removeprefix(UTF8_BOM)
         if not raw.strip():
             continue
         try:
@@ -97,7 +105,9 @@ def read_annotations(source: Path, listing: list) -> Annotations:
     for rel in sorted(set(entries) - listed):
         out.values[rel] = text_values(entries[rel])
         out.errors[rel] = ("missing", f"missing: listed in {list_file} but not found under "
-                                      f"data.source")
+                                      f"data.source"
+                                      + (f"; its path holds {BOM_HELD}" if "\ufeff" in rel
+                                         else ""))
         out.extra.append(rel)
     return out
 
@@ -121,8 +131,13 @@ def pairs(source: Path, listing: list, out: Annotations) -> Annotations:
             out.errors[rel] = ("symlink", f"its transcript {txt} is {NOT_READ}")
             continue
         try:
-            out.values[rel] = text_values(
-                (source / txt).read_bytes().decode("utf-8").removesuffix("\n").removesuffix("\r"))
+            data = (source / txt).read_bytes()
+            if other_encoding(data):
+                out.values[rel] = dict(BLANK)
+                out.errors[rel] = ("bad_list", f"{Path(txt).name}: {other_encoding(data)}")
+                continue
+            out.values[rel] = text_values(data.removeprefix(UTF8_BOM).decode("utf-8")
+                                          .removesuffix("\n").removesuffix("\r"))
         except UnicodeDecodeError as exc:
             out.values[rel] = dict(BLANK)
             out.errors[rel] = ("bad_list", f"{Path(txt).name} is not UTF-8 ({exc.reason} at "
