@@ -289,5 +289,5 @@ def test_default_max_pixels_follows_params_yaml_on_real_files(trained_project, t
     assert row["error"] == "" and row["label"] in [str(d) for d in range(10)], row
     proc, [row] = runs[40_000_000]
     assert proc.returncode == 3, proc.stderr
-    assert row["error"] == ("too_large: image has 9000x5000 = 45000000 pixels, over the limit "
-                            "of 40000000"), row
+    assert row["error"] == ("too_large: image has 9000x5000 = 45000000 pixels, over --max-pixels "
+                            "40000000 (default: validate.max_pixels)"), row

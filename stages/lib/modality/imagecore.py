@@ -10,6 +10,7 @@ one (stages/lib/modality/image.py lists them).
 Only numpy and Pillow here: ONNX consumers can preprocess without torch.
 """
 import functools
+import threading
 import warnings
 from pathlib import Path
 
@@ -40,15 +41,21 @@ def grey_header(img) -> bool:
     return False
 
 
+_LIFTED = threading.Lock()  # serve opens from several threads: one lifts the limit at a time
+
+
 def open_header(path):
     """Image.open that reads only the header, even past Pillow's own bomb limit: the caller
-    compares width x height with its own limit before anything is decoded. (The limit is
-    lifted for the open alone: cheaper than catching the warning for every file.)"""
-    limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
-    try:
-        return Image.open(path)
-    finally:
-        Image.MAX_IMAGE_PIXELS = limit
+    compares width x height with its own limit (validate.max_pixels, --max-pixels) before
+    anything is decoded, so Pillow's 178,956,970 pixels never decide and never name the
+    refusal. (The limit is lifted for the open alone, under a lock so that threads restore it
+    in order: cheaper than catching the warning for every file.)"""
+    with _LIFTED:
+        limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            return Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = limit
 
 
 def inspect(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
@@ -318,8 +325,9 @@ def fit(img, image_size, letterbox=False, size=None):
 
 
 def load_image(path, image_size, channels: int, letterbox=False) -> np.ndarray:
-    """Decode, convert to grey or RGB, and resize (fit) to the model input: uint8 HxWxC."""
-    with Image.open(path) as img:
+    """Decode, convert to grey or RGB, and resize (fit) to the model input: uint8 HxWxC. The
+    caller has checked the pixel count (validate, read): Pillow's own limit is not applied."""
+    with open_header(path) as img:
         return model_input(img, image_size, channels, letterbox)
 
 
@@ -334,7 +342,7 @@ def decode(path, image_size, channels: int, letterbox=False, facts=None, sizes=N
     resize, which a letterbox's geometry needs), as load_image decodes it, from one open of the
     file. facts: a list that gets the header's (shorter side, grey); sizes: a list that gets
     its header (width, height)."""
-    with Image.open(path) as img:
+    with open_header(path) as img:  # validate has refused what is over validate.max_pixels
         if facts is not None:
             facts.append((min(img.size), grey_header(img)))
         if sizes is not None:

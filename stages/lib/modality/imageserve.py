@@ -39,13 +39,13 @@ def read(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS,
     """
     from PIL import Image, UnidentifiedImageError
 
-    from stages.lib.modality.imagecore import load_image, upright_size
+    from stages.lib.modality.imagecore import load_image, open_header, upright_size
 
     if isinstance(src, (str, os.PathLike)):
         with open_regular(src) as f:
             return read(f, image_size, channels, max_pixels, letterbox)
     try:
-        with Image.open(src) as img:
+        with open_header(src) as img:
             width, height = img.size
             upright = upright_size(img)
     except UnidentifiedImageError:
@@ -58,8 +58,7 @@ def read(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS,
         message = f"cannot read image header: {type(exc).__name__}: {exc}"
         raise BadInput("corrupt", message) from None
     if width * height > max_pixels:
-        raise BadInput("too_large", f"image has {width}x{height} = {width * height} pixels, "
-                                    f"over the limit of {max_pixels}")
+        raise too_large(width, height, max_pixels)
     if hasattr(src, "seek"):
         src.seek(0)
     try:
@@ -67,6 +66,13 @@ def read(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS,
     except Exception as exc:  # PIL raises many types on truncated or corrupt data
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadInput("corrupt", message) from None
+
+
+def too_large(width: int, height: int, max_pixels: int) -> BadInput:
+    """The refusal of an image over the pixel limit, naming the option that sets it (Pillow's
+    own limit never applies: imagecore.open_header)."""
+    return BadInput("too_large", f"image has {width}x{height} = {width * height} pixels, over "
+                                 f"--max-pixels {max_pixels} (default: validate.max_pixels)")
 
 
 HIGH_BIT_EXTRA = 26  # bytes per pixel to_model_mode's numpy scaling of 16/32-bit grey peaks at
@@ -105,8 +111,10 @@ def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size
     fits: the draft size returned."""
     from PIL import Image, UnidentifiedImageError
 
+    from stages.lib.modality.imagecore import open_header
+
     try:
-        with Image.open(src) as img:
+        with open_header(src) as img:
             width, height, mode, fmt = img.width, img.height, img.mode, img.format
     except UnidentifiedImageError:
         raise BadInput("not_image", "not an image Pillow can read") from None
@@ -119,8 +127,7 @@ def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size
         if hasattr(src, "seek"):
             src.seek(0)
     if width * height > max_pixels:
-        raise BadInput("too_large", f"image has {width}x{height} = {width * height} pixels, "
-                                    f"over the limit of {max_pixels}")
+        raise too_large(width, height, max_pixels)
     cost = decode_bytes(mode, (width, height), channels, image_size)
     if not budget or cost <= budget:
         return cost, None
@@ -138,18 +145,17 @@ def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size
 def read_drafted(src, image_size: int, channels: int, draft, letterbox=False) -> np.ndarray:
     """read's decode, with the JPEG decoded at the reduced scale read_header chose (draft: a
     size or None): uint8 HxWxC; BadInput when it fails."""
-    from PIL import Image
-
-    from stages.lib.modality.imagecore import fit, input_hw, load_image, to_model_mode, upright_size
+    from stages.lib.modality.imagecore import (fit, input_hw, load_image, open_header,
+                                               to_model_mode, upright_size)
 
     try:
-        with Image.open(src) as img:
+        with open_header(src) as img:  # read_header has checked the pixel count
             size = upright_size(img)
         if hasattr(src, "seek"):
             src.seek(0)
         if draft is None:
             return sized(load_image(src, image_size, channels, letterbox), size)
-        with Image.open(src) as img:
+        with open_header(src) as img:
             img.draft("L" if channels == 1 else "RGB", draft)
             arr = fit(to_model_mode(img, channels), image_size, letterbox, size)
         return sized(arr.reshape(*input_hw(image_size), channels), size)
