@@ -24,6 +24,7 @@ BAD_ANNOTATIONS = {  # image name -> (the annotation's extra fields, the reason 
     "crowd_nan": ({"iscrowd": "@NaN@"}, "iscrowd is NaN, not 0 or 1"),
     "crowd_two": ({"iscrowd": 2}, "iscrowd is 2, not 0 or 1"),
     "crowd_true": ({"iscrowd": True}, "iscrowd is true, not 0 or 1"),
+    "crowd_null": ({"iscrowd": None}, "iscrowd is null, not 0 or 1"),
     "area_negative": ({"area": -4}, "area is -4, not 0 or above"),
     "area_text": ({"area": "200"}, "area is '200' (a string), not a number"),
     "area_inf": ({"area": "@Infinity@"}, "area is Infinity, not a finite number"),
@@ -40,16 +41,17 @@ def test_coco_iscrowd_area_and_segmentation_are_checked(in_tmp):
     """`"iscrowd": "0"` or NaN used to drop the image's boxes without a word ("50 of 50 files
     usable" and one no_labels warning): now every bad iscrowd, area and segmentation blocks
     its image as malformed_box, naming the annotation; valid ones (a crowd RLE, polygons, an
-    area) pass."""
+    area, a null area or segmentation) pass."""
     source = in_tmp / "coco"
-    names = ["good", "crowd_rle", *BAD_ANNOTATIONS]
+    good = {"good": {}, "crowd_rle": {}, "nulls": {"area": None, "segmentation": None}}
+    names = [*good, *BAD_ANNOTATIONS]
     images, anns = [], []
     for k, name in enumerate(names):
         write_image(source / f"images/train/{name}.png", (80, 40), "RGB", seed=k)
         images.append({"id": k, "file_name": f"{name}.png", "width": 80, "height": 40})
         ann = {**box(100 + k, k, [10, 10, 20, 10]), "area": 200.0,
                "segmentation": [[10, 10, 30, 10, 30, 20, 10, 20]]}
-        ann.update(BAD_ANNOTATIONS.get(name, ({},))[0])
+        ann.update(good[name] if name in good else BAD_ANNOTATIONS[name][0])
         anns.append(ann)
     anns.append({**box(99, 1, [0, 0, 80, 40]), "iscrowd": 1,  # a crowd region: left out
                  "segmentation": {"counts": "PPYo1", "size": [40, 80]}, "area": 3200})
@@ -63,10 +65,11 @@ def test_coco_iscrowd_area_and_segmentation_are_checked(in_tmp):
     assert len(json.loads(manifest(in_tmp)["images/train/crowd_rle.png"]["boxes"])) == 1
     proc = run_stage("validate", cwd=in_tmp)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for k, (name, (_, why)) in enumerate(BAD_ANNOTATIONS.items(), 2):
+    for k, (name, (_, why)) in enumerate(BAD_ANNOTATIONS.items(), len(good)):
         assert (f"[malformed_box] images/train/{name}.png: annotation {100 + k}: malformed "
                 f"row: {why}") in proc.stderr, (name, proc.stderr)
-    assert "good.png" not in proc.stderr and "crowd_rle.png" not in proc.stderr
+    for name in good:
+        assert f"{name}.png" not in proc.stderr
     assert "no_labels" not in proc.stdout  # no box vanished
     counts = json.loads((in_tmp / "metrics/validation_checks.json").read_text())
     assert counts["malformed_box"] == len(BAD_ANNOTATIONS) and counts["no_labels"] == 0

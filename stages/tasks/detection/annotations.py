@@ -261,14 +261,15 @@ def annotation_order(ann) -> tuple:
 
 def crowd(ann) -> bool:
     """Whether an annotation is a crowd region: `iscrowd` is 1 (0 or absent: an object);
-    ValueError for anything else ("0", NaN, 2, true), and for an `area` that is not a finite
-    number >= 0 or a `segmentation` that is neither polygons nor an RLE (both optional)."""
+    ValueError for anything else ("0", NaN, 2, true, null), and for an `area` that is not a
+    finite number >= 0 or a `segmentation` that is neither polygons nor an RLE (both optional:
+    absent or null is none)."""
     value = ann.get("iscrowd", 0)
     if isinstance(value, bool) or value not in (0, 1):  # 1.0 is 1; "0", NaN, null are not
         raise ValueError(f"iscrowd is {shown(value)}, not 0 or 1")
-    if "area" in ann and number(ann["area"], "area") < 0:
+    if ann.get("area") is not None and number(ann["area"], "area") < 0:
         raise ValueError(f"area is {shown(ann['area'])}, not 0 or above")
-    if "segmentation" in ann:
+    if ann.get("segmentation") is not None:
         segmentation(ann["segmentation"])
     return value == 1
 
