@@ -98,7 +98,34 @@ def walk(root: Path) -> list[tuple]:
             kind = special_kind(st.st_mode) if e.kind == "special" else None
             out.append((e.rel, "special", kind) if kind else
                        (e.rel, "file", [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]))
+    refuse_undecodable(root, [rel for rel, _, _ in out])
     return out
+
+
+def undecodable_names(rels) -> list[str]:
+    """The first path component that is not UTF-8 of each of rels (a folder once), sorted."""
+    from stages.lib.show import undecodable
+
+    found = set()
+    for rel in rels:
+        if undecodable(rel):
+            parts = rel.rstrip("/").split("/")
+            k = next(i for i, part in enumerate(parts) if undecodable(part))
+            found.add("/".join(parts[:k + 1]))
+    return sorted(found)
+
+
+def refuse_undecodable(root, rels) -> None:
+    """A StageError naming (escaped) every file or folder under root whose name is not UTF-8:
+    the manifest (UTF-8) cannot hold it and DVC cannot hash it."""
+    from stages.lib.show import some
+
+    bad = undecodable_names(rels)
+    if bad:
+        raise StageError(f"{root}: {len(bad)} file or folder name(s) that are not UTF-8 (a byte "
+                         f"that is not UTF-8 shown as \\xNN): {some(bad, 10)}. Rename each to "
+                         f"UTF-8 (mv OLD NEW, or convmv -f latin1 -t utf8 -r --notest "
+                         f"{root}); neither the manifest nor DVC can hold such a name.")
 
 
 def inspect_file(root: str, rel: str, limit: int, modality) -> dict:

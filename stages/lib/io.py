@@ -363,11 +363,37 @@ def json_bytes(obj) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
+# The csv module refuses a field larger than 131,072 characters by default; an image with
+# thousands of boxes (detection's `boxes` column) holds more. Every field a stage writes is
+# bounded below this (detection: validate.max_boxes, ingest's MAX_FIELD check), so reading
+# never meets an unbounded field, and a manifest that reads back always parses.
+FIELD_LIMIT = 64 << 20
+csv.field_size_limit(max(csv.field_size_limit(), FIELD_LIMIT))
+
+
 def csv_bytes(rows, fieldnames) -> bytes:
+    """A CSV table (header, then rows; "\n" ends a row). A field is quoted when it holds a
+    comma, a quote, "\n" or "\r" (the csv module alone leaves a bare "\r" unquoted, which
+    splits the row on reading back: such a row is written with every field quoted). Values are
+    written exactly: a leading `=`, `+`, `-` or `@` stays (see docs/data-gate.md)."""
+    rows = rows if isinstance(rows, list) else list(rows)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
+    text = buf.getvalue()
+    if "\r" not in text:  # the usual case: no "\r" anywhere, so none unquoted
+        return text.encode()
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
+    writer.writeheader()
+    quoted = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n",
+                            quoting=csv.QUOTE_ALL)
+    for row in rows:
+        if any("\r" in v for v in row.values() if isinstance(v, str)):
+            quoted.writerow(row)
+        else:
+            writer.writerow(row)
     return buf.getvalue().encode()
 
 
