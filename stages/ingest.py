@@ -29,7 +29,7 @@ import click
 
 from stages.lib import safefs
 from stages.lib.io import HASH_CHUNK, StageError, write_bytes, write_csv
-from stages.lib.params import load, params_option
+from stages.lib.params import load, load_all, params_option
 
 MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
@@ -216,8 +216,9 @@ def batches(todo: list[str], workers: int) -> list[list[str]]:
     return [todo[i:i + size] for i in range(0, len(todo), size)]
 
 
-def cache_file(root: Path, limit: int, task) -> Path:
-    """One cache per (source folder, limit, task, inspection and task code, Python version:
+def cache_file(root: Path, limit: int, task, max_boxes: int = 0) -> Path:
+    """One cache per (source folder, limit, max_boxes, task, inspection and task code, Python
+    version:
     the file is in marshal's format): any change starts afresh. The inspection's code: this
     file and every modality's (stages/lib/modality/)."""
     from stages.tasks import code_files
@@ -226,7 +227,7 @@ def cache_file(root: Path, limit: int, task) -> Path:
     modality = sorted((here / "lib/modality").glob("*.py"))
     code = b"".join(m.read_bytes() for m in (here / "ingest.py", *modality,
                                              *code_files(task)))
-    salt = f"{root.resolve()}\0{limit}\0{task.name}\0{sys.version}\0".encode()
+    salt = f"{root.resolve()}\0{limit}\0{max_boxes}\0{task.name}\0{sys.version}\0".encode()
     return CACHE_DIR / f"{hashlib.sha256(salt + code).hexdigest()[:24]}.marshal"
 
 
@@ -401,6 +402,20 @@ def build_manifest(root: Path, workers: int = 0, limit: int = 0, task=None) -> l
     return inventory(Path(root), workers, limit, task=task)[0]
 
 
+def check_fields(rows, task) -> None:
+    """A StageError naming the file whose annotation field is over FIELD_LIMIT characters,
+    which no stage could read back (the boxes are capped far below it: validate.max_boxes;
+    only class names of a megabyte each could get there)."""
+    from stages.lib.rows import FIELD_LIMIT
+
+    for r in rows:
+        for field in task.annotation_fields:
+            if isinstance(r[field], str) and len(r[field]) > FIELD_LIMIT:
+                raise StageError(f"{r['path']}: its `{field}` takes {len(r[field]):,} characters "
+                                 f"in the manifest, over the {FIELD_LIMIT:,} a field may hold: "
+                                 f"lower validate.max_boxes or shorten the class names.")
+
+
 @click.command()
 @params_option
 @click.option("--no-cache", is_flag=True,
@@ -421,12 +436,15 @@ def main(params_path, no_cache):
             f"data.source: {source} is not a folder. Point data.source in params.yaml at your "
             f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
-    limit = load("validate", params_path).max_pixels
-    cache = None if no_cache else cache_file(source, limit, task)
-    ingest = load("ingest", params_path)
+    params = load_all(params_path)
+    task.configure(params)  # detection: validate.max_boxes caps an image's boxes as read
+    limit, max_boxes = params["validate"].max_pixels, params["validate"].max_boxes
+    cache = None if no_cache else cache_file(source, limit, task, max_boxes)
+    ingest = params["ingest"]
     rows, stats = inventory(source, ingest.workers, limit, cache, task, ingest.verify_cache)
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add your images there.")
+    check_fields(rows, task)
     write_csv(MANIFEST, rows, manifest_fields(task))
     bad = sum(1 for r in rows if r["error"])
     special = [r["path"] for r in rows if r["error_kind"] == "not_regular"]

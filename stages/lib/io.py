@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from stages.lib.rows import FIELD_LIMIT  # noqa: F401 - importing it raises csv's field limit
+
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -361,14 +363,6 @@ def commit(tmp, path) -> None:
 def json_bytes(obj) -> bytes:
     """Indented JSON with sorted keys and a final newline: the one JSON format of every out."""
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
-
-
-# The csv module refuses a field larger than 131,072 characters by default; an image with
-# thousands of boxes (detection's `boxes` column) holds more. Every field a stage writes is
-# bounded below this (detection: validate.max_boxes, ingest's MAX_FIELD check), so reading
-# never meets an unbounded field, and a manifest that reads back always parses.
-FIELD_LIMIT = 64 << 20
-csv.field_size_limit(max(csv.field_size_limit(), FIELD_LIMIT))
 
 
 def csv_bytes(rows, fieldnames) -> bytes:
