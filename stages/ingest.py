@@ -406,7 +406,7 @@ def check_fields(rows, task) -> None:
     """A StageError naming the file whose annotation field is over FIELD_LIMIT characters,
     which no stage could read back (the boxes are capped far below it: validate.max_boxes;
     only class names of a megabyte each could get there)."""
-    from stages.lib.rows import FIELD_LIMIT
+    from stages.lib.csvlimit import FIELD_LIMIT
 
     for r in rows:
         for field in task.annotation_fields:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.rows import FIELD_LIMIT  # noqa: F401 - importing it raises csv's field limit
+from stages.lib.csvlimit import FIELD_LIMIT  # noqa: F401 - importing it raises csv's limit
 
 
 _UMASK = os.umask(0)

@@ -26,7 +26,7 @@ DEFAULT_TASK = "classification"
 MAX_BEAM = 64
 # validate.max_boxes: its default (crowd and shelf images hold hundreds to thousands) and the
 # most it may be: 100,000 boxes of about 100 characters each stay far below a manifest field's
-# limit (stages.lib.rows.FIELD_LIMIT)
+# limit (stages.lib.csvlimit.FIELD_LIMIT)
 MAX_BOXES, MAX_BOXES_CAP = 10_000, 100_000
 # "no weights file": a git-tracked placeholder that train.init_from and evaluate.compare_with
 # name by default, because dvc.yaml lists those params as deps and DVC fails on an empty path

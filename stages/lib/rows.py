@@ -12,16 +12,12 @@ import re
 from array import array
 from pathlib import Path
 
+from stages.lib.csvlimit import FIELD_LIMIT  # noqa: F401 - importing it raises csv's limit
+
 # a line as open(newline="") reads it: up to and including \n, \r or \r\n
 _LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
 _EOL = re.compile(r"\r\n?|\n")
 _CHUNK = 4096  # records parsed at a time: io.StringIO holds 4 bytes a character
-# The most characters one field may hold when a stage reads a CSV back. The csv module refuses
-# a field over 131,072 by default: about 2,000 boxes in detection's `boxes` column. Ingest caps
-# an image's boxes (validate.max_boxes, at most 100,000: about 10 MB) and refuses a field over
-# this limit, so every manifest it writes reads back, and one row's memory stays bounded.
-FIELD_LIMIT = 64 << 20
-csv.field_size_limit(max(csv.field_size_limit(), FIELD_LIMIT))  # once, for every reader
 
 
 class Rows:
