@@ -29,7 +29,7 @@ import click
 
 from stages.lib import safefs, show
 from stages.lib.io import HASH_CHUNK, StageError, write_bytes, write_csv
-from stages.lib.params import load, params_option
+from stages.lib.params import load, load_all, params_option
 
 MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
@@ -98,7 +98,34 @@ def walk(root: Path) -> list[tuple]:
             kind = special_kind(st.st_mode) if e.kind == "special" else None
             out.append((e.rel, "special", kind) if kind else
                        (e.rel, "file", [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]))
+    refuse_undecodable(root, [rel for rel, _, _ in out])
     return out
+
+
+def undecodable_names(rels) -> list[str]:
+    """The first path component that is not UTF-8 of each of rels (a folder once), sorted."""
+    from stages.lib.show import undecodable
+
+    found = set()
+    for rel in rels:
+        if undecodable(rel):
+            parts = rel.rstrip("/").split("/")
+            k = next(i for i, part in enumerate(parts) if undecodable(part))
+            found.add("/".join(parts[:k + 1]))
+    return sorted(found)
+
+
+def refuse_undecodable(root, rels) -> None:
+    """A StageError naming (escaped) every file or folder under root whose name is not UTF-8:
+    the manifest (UTF-8) cannot hold it and DVC cannot hash it."""
+    from stages.lib.show import some
+
+    bad = undecodable_names(rels)
+    if bad:
+        raise StageError(f"{root}: {len(bad)} file or folder name(s) that are not UTF-8 (a byte "
+                         f"that is not UTF-8 shown as \\xNN): {some(bad, 10)}. Rename each to "
+                         f"UTF-8 (mv OLD NEW, or convmv -f latin1 -t utf8 -r --notest "
+                         f"{root}); neither the manifest nor DVC can hold such a name.")
 
 
 def inspect_file(root: str, rel: str, limit: int, modality) -> dict:
@@ -189,8 +216,9 @@ def batches(todo: list[str], workers: int) -> list[list[str]]:
     return [todo[i:i + size] for i in range(0, len(todo), size)]
 
 
-def cache_file(root: Path, limit: int, task) -> Path:
-    """One cache per (source folder, limit, task, inspection and task code, Python version:
+def cache_file(root: Path, limit: int, task, max_boxes: int = 0) -> Path:
+    """One cache per (source folder, limit, max_boxes, task, inspection and task code, Python
+    version:
     the file is in marshal's format): any change starts afresh. The inspection's code: this
     file and every modality's (stages/lib/modality/)."""
     from stages.tasks import code_files
@@ -199,7 +227,7 @@ def cache_file(root: Path, limit: int, task) -> Path:
     modality = sorted((here / "lib/modality").glob("*.py"))
     code = b"".join(m.read_bytes() for m in (here / "ingest.py", *modality,
                                              *code_files(task)))
-    salt = f"{root.resolve()}\0{limit}\0{task.name}\0{sys.version}\0".encode()
+    salt = f"{root.resolve()}\0{limit}\0{max_boxes}\0{task.name}\0{sys.version}\0".encode()
     return CACHE_DIR / f"{hashlib.sha256(salt + code).hexdigest()[:24]}.marshal"
 
 
@@ -375,6 +403,20 @@ def build_manifest(root: Path, workers: int = 0, limit: int = 0, task=None) -> l
     return inventory(Path(root), workers, limit, task=task)[0]
 
 
+def check_fields(rows, task) -> None:
+    """A StageError naming the file whose annotation field is over FIELD_LIMIT characters,
+    which no stage could read back (the boxes are capped far below it: validate.max_boxes;
+    only class names of a megabyte each could get there)."""
+    from stages.lib.csvlimit import FIELD_LIMIT
+
+    for r in rows:
+        for field in task.annotation_fields:
+            if isinstance(r[field], str) and len(r[field]) > FIELD_LIMIT:
+                raise StageError(f"{r['path']}: its `{field}` takes {len(r[field]):,} characters "
+                                 f"in the manifest, over the {FIELD_LIMIT:,} a field may hold: "
+                                 f"lower validate.max_boxes or shorten the class names.")
+
+
 @click.command()
 @params_option
 @click.option("--no-cache", is_flag=True,
@@ -395,12 +437,15 @@ def main(params_path, no_cache):
             f"data.source: {source} is not a folder. Point data.source in params.yaml at your "
             f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
-    limit = load("validate", params_path).max_pixels
-    cache = None if no_cache else cache_file(source, limit, task)
-    ingest = load("ingest", params_path)
+    params = load_all(params_path)
+    task.configure(params)  # detection: validate.max_boxes caps an image's boxes as read
+    limit, max_boxes = params["validate"].max_pixels, params["validate"].max_boxes
+    cache = None if no_cache else cache_file(source, limit, task, max_boxes)
+    ingest = params["ingest"]
     rows, stats = inventory(source, ingest.workers, limit, cache, task, ingest.verify_cache)
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add your images there.")
+    check_fields(rows, task)
     write_csv(MANIFEST, rows, manifest_fields(task))
     bad = sum(1 for r in rows if r["error"])
     for name, message in stats["warnings"]:

@@ -278,6 +278,7 @@ def source_findings(root) -> list[Finding]:
     kind, naming the paths and the fix; a path listed in .dvcignore (or under a listed folder)
     is skipped by DVC, so it is fine."""
     from stages.lib.params import load
+    from stages.lib.show import some
     from tools.source_check import KINDS, blocking_entries, ignored
 
     try:
@@ -304,7 +305,7 @@ def source_findings(root) -> list[Finding]:
     findings = []
     for kind, paths in by_kind.items():
         what, effect, fix = KINDS[kind]
-        shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        shown = some(paths)  # escaped: a name that is not UTF-8 shows its bytes as \xNN
         findings.append(Finding(FAIL, "source", f"data.source holds {len(paths)} {what}: "
                                 f"{shown}; {effect}", fix))
     return findings

@@ -91,11 +91,12 @@ def headers(source: Path, rows: list, modality) -> tuple[list, list]:
 def dvc_blockers(source: Path) -> list[str]:
     """A note per kind of entry DVC's walk of the source trips on before ingest runs
     (tools/source_check.py): `dvc add` and `dvc repro` would hang or fail on them."""
+    from stages.lib.show import text
     from tools.source_check import KINDS, blocking_entries
 
     by_kind: dict[str, list[str]] = {}
-    for rel, kind in blocking_entries(source):
-        by_kind.setdefault(kind, []).append((source / rel).as_posix())
+    for rel, kind in blocking_entries(source):  # escaped: bytes not UTF-8 show as \xNN
+        by_kind.setdefault(kind, []).append(text((source / rel).as_posix()))
     notes = []
     for kind, paths in by_kind.items():
         what, effect, fix = KINDS[kind]

@@ -6,7 +6,8 @@ before the stage runs, so `dvc repro` fails before ingest can name the bad file:
 - a symlink loop stops it with `[Errno 40] Too many levels of symbolic links`;
 - a symlink to nothing stops it with `[Errno 2] No such file or directory`;
 - a folder it cannot list (as a user without read permission) stops it with `Permission
-  denied: .../.gitignore`, and a file it cannot read with `Permission denied`.
+  denied: .../.gitignore`, and a file it cannot read with `Permission denied`;
+- a file or folder name that is not UTF-8 stops it with a codec error that names no file.
 
 ingest names all of these as rows too, but only once DVC lets it run. This walk
 (stages.lib.safefs.walk) never opens a FIFO, socket or device (each entry is classified by
@@ -31,6 +32,10 @@ KINDS = {
     "unlistable": ("folder(s) you cannot list", "`dvc repro` stops before ingest with "
                    "Permission denied", "make each readable (chmod -R u+rX PATH) or move it "
                    "out of data.source"),
+    "undecodable": ("file or folder name(s) that are not UTF-8 (shown with each such byte as "
+                    "\\xNN)", "`dvc repro` stops before ingest with DVC's codec error, which "
+                    "names no file, and ingest refuses them", "rename each to UTF-8 (mv OLD "
+                    "NEW, or convmv -f latin1 -t utf8 -r --notest FOLDER)"),
     "unreadable": ("file(s) you cannot read", "`dvc repro` stops before ingest with "
                    "Permission denied", "make each readable (chmod u+r PATH) or move it out "
                    "of data.source"),
@@ -40,8 +45,17 @@ KINDS = {
 def blocking_entries(source) -> list[tuple[str, str]]:
     """(path relative to source, kind) of every entry DVC's walk of source trips on, kind a
     key of KINDS, sorted by path; the source folder itself is "." when it cannot be listed."""
+    from stages.lib.show import undecodable
+
     found = []
     for entry in safefs.walk(source, hidden=True):  # DVC hashes hidden files too
+        if entry.rel and entry.kind != "unlistable" and undecodable(entry.rel):
+            # named once, at its first component that is not UTF-8 (a folder's, not each file)
+            parts = entry.rel.split("/")
+            if undecodable(parts[-1]) and not any(undecodable(p) for p in parts[:-1]):
+                found.append((entry.rel, "undecodable"))
+            if entry.kind in ("folder", "empty") or undecodable(parts[-1]):
+                continue
         if entry.kind == "unlistable":
             if entry.error.errno not in (errno.EACCES, errno.EPERM, errno.EIO):
                 raise entry.error

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from stages.lib.csvlimit import FIELD_LIMIT  # noqa: F401 - importing it raises csv's limit
+
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -364,10 +366,28 @@ def json_bytes(obj) -> bytes:
 
 
 def csv_bytes(rows, fieldnames) -> bytes:
+    """A CSV table (header, then rows; "\n" ends a row). A field is quoted when it holds a
+    comma, a quote, "\n" or "\r" (the csv module alone leaves a bare "\r" unquoted, which
+    splits the row on reading back: such a row is written with every field quoted). Values are
+    written exactly: a leading `=`, `+`, `-` or `@` stays (see docs/data-gate.md)."""
+    rows = rows if isinstance(rows, list) else list(rows)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
+    text = buf.getvalue()
+    if "\r" not in text:  # the usual case: no "\r" anywhere, so none unquoted
+        return text.encode()
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
+    writer.writeheader()
+    quoted = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n",
+                            quoting=csv.QUOTE_ALL)
+    for row in rows:
+        if any("\r" in v for v in row.values() if isinstance(v, str)):
+            quoted.writerow(row)
+        else:
+            writer.writerow(row)
     return buf.getvalue().encode()
 
 

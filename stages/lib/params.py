@@ -24,6 +24,10 @@ DEFAULT_TASK = "classification"
 # the widest CTC prefix beam search predict and serve run (--beam K): its time grows about as
 # K squared per line (64: up to 0.4 s a line on 2 cores, 128: 1.3 s; 100000 ran for minutes)
 MAX_BEAM = 64
+# validate.max_boxes: its default (crowd and shelf images hold hundreds to thousands) and the
+# most it may be: 100,000 boxes of about 100 characters each stay far below a manifest field's
+# limit (stages.lib.csvlimit.FIELD_LIMIT)
+MAX_BOXES, MAX_BOXES_CAP = 10_000, 100_000
 # "no weights file": a git-tracked placeholder that train.init_from and evaluate.compare_with
 # name by default, because dvc.yaml lists those params as deps and DVC fails on an empty path
 NO_WEIGHTS = "weights/none"
@@ -72,6 +76,10 @@ class Validate:
     min_box_px: float = knob(2.0, at_least=0.0)  # detection: smallest box side, in pixels
     box_tolerance: float = knob(0.01, at_least=0.0)  # detection: corners may pass 0-1 by this
     require_labels: bool = False  # detection: an image with no label file blocks (not background)
+    # detection: most boxes one image may have (a label file's lines, a COCO image's
+    # annotations); more is the error too_many_boxes. Ingest reads it: it bounds the memory
+    # and the manifest field of one image (at most MAX_BOXES_CAP)
+    max_boxes: int = knob(MAX_BOXES, at_least=1, at_most=MAX_BOXES_CAP)
     charset: str = ""  # ocr: every character a transcript may hold; "" = any (the model's
     #                    charset is then the training split's characters)
     max_aspect: float = knob(2.0, above=0.0)  # ocr: a line's height / width, at most
@@ -351,7 +359,8 @@ def without_placement(section: str, values: dict) -> dict:
 # stage also reads `task`. dvc.yaml's `params:` of each stage lists exactly these (tested).
 STAGE_PARAMS = {
     "sample": ("sample",),
-    "ingest": ("data.source", "ingest", "validate.max_pixels"),  # bombs are never decoded
+    # bombs are never decoded; an image's boxes are capped as they are read
+    "ingest": ("data.source", "ingest", "validate.max_pixels", "validate.max_boxes"),
     "validate": ("validate", "prepare.height", "prepare.width"),  # the CTC length rule
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
     "prepare": ("data.source", *PREPARE_RESULT),

@@ -12,6 +12,8 @@ import re
 from array import array
 from pathlib import Path
 
+from stages.lib.csvlimit import FIELD_LIMIT  # noqa: F401 - importing it raises csv's limit
+
 # a line as open(newline="") reads it: up to and including \n, \r or \r\n
 _LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+")
 _EOL = re.compile(r"\r\n?|\n")

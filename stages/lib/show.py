@@ -9,8 +9,10 @@ Only the standard library: every stage imports this.
 """
 import unicodedata
 
-# control (Cc), format: zero-width, bidi overrides... (Cf), line and paragraph separators
-INVISIBLE = ("Cc", "Cf", "Zl", "Zp")
+# control (Cc), format: zero-width, bidi overrides... (Cf), line and paragraph separators, and
+# surrogates (Cs): a file name's bytes that are not UTF-8 (os.fsdecode keeps byte 0xff as
+# U+DCFF), which no terminal can print
+INVISIBLE = ("Cc", "Cf", "Zl", "Zp", "Cs")
 
 
 def invisible(char: str) -> bool:
@@ -22,11 +24,13 @@ def invisible(char: str) -> bool:
 def text(value, keep: str = "") -> str:
     """value as printable text: every invisible character (but those in `keep`, such as a
     message's own line breaks) written as its escape (\\x1b, \\u202e), so the printed line
-    shows exactly what the string holds."""
+    shows exactly what the string holds. A byte of a file name that is not UTF-8 shows as
+    that byte (\\xff), as Python writes bytes."""
     s = str(value)
     if not any(invisible(c) and c not in keep for c in s):
         return s
     return "".join((f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                    f"\\x{ord(c) - 0xdc00:02x}" if 0xdc80 <= ord(c) <= 0xdcff else
                     f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}")
                    if invisible(c) and c not in keep else c for c in s)
 
@@ -43,3 +47,13 @@ def some(items, cap: int = 5) -> str:
     items = list(items)
     shown = ", ".join(text(i) for i in items[:cap])
     return shown + (f" and {len(items) - cap} more" if len(items) > cap else "")
+
+
+def undecodable(name: str) -> bool:
+    """Whether a name (from os.listdir of a str path) holds bytes that are not UTF-8: it
+    cannot be written to a UTF-8 file (the manifest) nor hashed by DVC."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

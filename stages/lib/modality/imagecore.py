@@ -12,10 +12,11 @@ Only numpy and Pillow here: ONNX consumers can preprocess without torch.
 import functools
 import threading
 import warnings
-from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
+
+from stages.lib.modality.errors import decode_error
 
 ORIENTATION = 0x0112  # the EXIF tag
 HIGH_BIT_MODES = {"I;16": 16, "I;16B": 16, "I;16L": 16, "I;16N": 16, "I": 32, "F": 32}
@@ -68,13 +69,8 @@ def inspect(path, max_pixels: int = 0, with_phash: bool = True) -> dict:
     """
     facts = {"format": "", "width": 0, "height": 0, "mode": "", "error_kind": "", "error": "",
              "frames": 0, "bits": 0, "alpha": 0, "phash": ""}  # FIELDS, in order
-    def why(exc):  # the file's name only: outs never hold absolute paths
-        if isinstance(exc, UnidentifiedImageError):  # its message holds a path or an address
-            return "cannot decode: UnidentifiedImageError: not an image format Pillow knows"
-        text = str(exc).replace("\n", " ")
-        if isinstance(path, (str, Path)):
-            text = text.replace(str(path), Path(path).name)
-        return f"cannot decode: {type(exc).__name__}: {text}"
+    def why(exc):  # the file's name only, no repr: outs never hold absolute paths or addresses
+        return f"cannot decode: {decode_error(exc, path)}"
 
     try:
         img = open_header(path)

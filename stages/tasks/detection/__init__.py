@@ -14,7 +14,7 @@ class Detection(Task):
     annotation_fields = ("boxes", "annotation_sha256", "declared_size")
     checks = checks.CHECKS
     annotation_errors = ("orphan_label", "missing", "coco_unknown_image", "coco_bad_value",
-                         "coco_duplicate_id", "coco_duplicate_file")
+                         "coco_duplicate_id", "coco_duplicate_file", "too_many_boxes")
     meta_keys = ("classes", "max_boxes")
     target_dtype = "float32"
     val_metric = "map50"
@@ -56,6 +56,7 @@ class Detection(Task):
     models = ("centernet_small", "centernet_medium", "fasterrcnn_mobilenet_v3_large_320_fpn",
               "ssdlite320_mobilenet_v3_large", "fcos_resnet50_fpn", "retinanet_resnet50_fpn")
     task_keys = ("sample.images", "validate.min_box_px", "validate.box_tolerance",
+                 "validate.max_boxes",
                  "validate.require_labels", "evaluate.score_threshold",
                  "export.score_threshold", "train.aug_zoom_out")
     # photos: RGB (auto still gives grey when every image is); the backbones stride to 1/32
@@ -67,10 +68,16 @@ class Detection(Task):
 
         return shapes(p.images or 1000)
 
+    max_boxes = None  # validate.max_boxes, set by configure (None: the param's default)
+
+    def configure(self, params):
+        self.max_boxes = params["validate"].max_boxes
+
     def read_annotations(self, source, listing):
+        from stages.lib.params import MAX_BOXES
         from stages.tasks.detection.annotations import read_annotations
 
-        return read_annotations(source, listing)
+        return read_annotations(source, listing, self.max_boxes or MAX_BOXES)
 
     def layout(self, found):
         if "data.yaml" in found.skip:

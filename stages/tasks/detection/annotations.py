@@ -19,13 +19,19 @@ cannot be trusted (a bad id, width or height, an id or a file listed twice) is a
 file's row and gives it no boxes; `declared_size` is the COCO entry's `WxH` ("" for YOLO).
 `annotation_sha256` is the hash of the image's label file (YOLO) or of its annotations as
 canonical JSON (COCO), "" when it has none.
+An image may have at most `validate.max_boxes` boxes (max_boxes below): a YOLO label file with
+more non-empty lines, or a COCO image with more annotations, is the error `too_many_boxes`
+(its row gets no boxes). A label file is read 1 MiB at a time and its boxes stop being kept
+past the cap, so one image's memory and its manifest field stay bounded.
 """
+import codecs
 import hashlib
 import json
 import math
 from pathlib import PurePosixPath
 
 from stages.lib.io import StageError
+from stages.lib.params import MAX_BOXES, MAX_BOXES_CAP
 from stages.lib.userfiles import NOT_READ, check_inside, outside, read_yaml
 from stages.tasks.base import Annotations
 
@@ -95,12 +101,62 @@ def unused_classes(names: dict, used: set) -> list:
                "to this dataset")]
 
 
-def parse_yolo(text: str, names: dict) -> list:
-    """The boxes of one YOLO label file (see the module doc)."""
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+LINE_CAP = 4096  # a label line longer than this is malformed (and only this much is kept)
+READ_CHUNK = 1 << 20
+
+
+class TooManyBoxes(ValueError):
+    """More boxes than the cap; `count`: how many the file or image has."""
+
+    def __init__(self, count: int):
+        super().__init__(count)
+        self.count = count
+
+
+def too_many(where: str, count: int, cap: int) -> str:
+    return (f"{where} {count} boxes, more than validate.max_boxes ({cap}): raise "
+            f"validate.max_boxes (at most {MAX_BOXES_CAP:,}) or cut the image into tiles")
+
+
+def label_lines(f, digest):
+    """The lines of a binary label file as str.splitlines gives them on its text (UTF-8, a bad
+    byte replaced), read READ_CHUNK bytes at a time, each byte also fed to digest: memory stays
+    bounded however large the file is. A line over LINE_CAP characters is cut to LINE_CAP + 1
+    (its length says it was longer)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    pending = ""
+    while True:
+        data = f.read(READ_CHUNK)
+        digest.update(data)
+        lines = (pending + decoder.decode(data, final=not data)).splitlines(keepends=True)
+        # the last line may go on in the next chunk, or be the "\r" of a "\r\n" cut in two
+        last = lines[-1] if lines else ""
+        pending = lines.pop() if data and lines and (
+            last.endswith("\r") or last.splitlines()[0] == last) else ""
+        if len(pending) > LINE_CAP + 1:
+            pending = pending[:LINE_CAP + 1] + ("\r" if pending.endswith("\r") else "")
+        for line in lines:
+            yield line.splitlines()[0][:LINE_CAP + 1]
+        if not data:
+            return
+
+
+def parse_yolo(text, names: dict, cap: int = 0) -> list:
+    """The boxes of one YOLO label file (see the module doc); text: its text or its lines.
+    cap: the most boxes (non-empty lines) it may have, 0 = any; TooManyBoxes past it, once every
+    line is counted (none of them kept)."""
     out = []
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = iter(text.splitlines() if isinstance(text, str) else text)
+    for number, line in enumerate(lines, 1):
         parts = line.split()
         if not parts:
+            continue
+        if cap and len(out) == cap:
+            raise TooManyBoxes(cap + 1 + sum(1 for rest in lines if rest.split()))
+        if len(line) > LINE_CAP:
+            out.append([number, "!", f"a line of more than {LINE_CAP:,} characters: "
+                                     f"{line.strip()[:60]}..."])
             continue
         if len(parts) != 5:
             out.append([number, "!", f"{len(parts)} columns, not 5 (cls xc yc w h)"])
@@ -126,7 +182,7 @@ def split_of(rel: str) -> str:
     return ""
 
 
-def read_yolo(source, listing) -> Annotations:
+def read_yolo(source, listing, max_boxes: int = MAX_BOXES) -> Annotations:
     out = Annotations(skip={"data.yaml"})
     names = read_names(check_inside(source, source / "data.yaml"))
     files = {rel for rel, kind, _ in listing if kind == "file"}
@@ -143,16 +199,7 @@ def read_yolo(source, listing) -> Annotations:
             if label in labels and outside(source, source / label):
                 out.errors[rel] = ("symlink", f"its label file {label} is {NOT_READ}")
             elif label in labels:
-                try:
-                    data = (source / label).read_bytes()
-                except OSError as exc:  # a broken link, no permission
-                    out.errors[rel] = ("unreadable", f"its label file {label} cannot be read "
-                                                     f"({exc.strerror})")
-                    data = b""
-                values["annotation_sha256"] = hashlib.sha256(data).hexdigest() if data else ""
-                boxes = parse_yolo(data.decode("utf-8", "replace"), names)
-                used.update(b[1] for b in boxes if b[1] != "!")
-                values["boxes"] = dumps(boxes)
+                values.update(yolo_labels(source, label, names, max_boxes, rel, out, used))
             else:
                 values["boxes"] = ""  # no label file: background (validate: no_labels)
         out.values[rel] = values
@@ -164,6 +211,27 @@ def read_yolo(source, listing) -> Annotations:
                                    .with_suffix(".*")) + ")")
     out.warnings += unused_classes(names, {i for i, n in names.items() if n in used})
     return out
+
+
+def yolo_labels(source, label: str, names: dict, cap: int, rel: str, out, used: set) -> dict:
+    """{boxes, annotation_sha256} of an image's label file; a file that cannot be read or holds
+    more than cap boxes is an error of the image's row (out.errors) with no boxes. The names of
+    its boxes' classes join `used`."""
+    digest, boxes = hashlib.sha256(), []
+    try:
+        with open(source / label, "rb") as f:
+            boxes = parse_yolo(label_lines(f, digest), names, cap)
+    except OSError as exc:  # a broken link, no permission
+        out.errors[rel] = ("unreadable", f"its label file {label} cannot be read "
+                                         f"({exc.strerror})")
+        digest = hashlib.sha256()
+    except TooManyBoxes as exc:
+        out.errors[rel] = ("too_many_boxes", too_many(f"its label file {label} holds",
+                                                      exc.count, cap))
+        boxes = []
+    used.update(b[1] for b in boxes if b[1] != "!")
+    sha = digest.hexdigest()
+    return {"boxes": dumps(boxes), "annotation_sha256": "" if sha == EMPTY_SHA256 else sha}
 
 
 def find_image(file_name: str, split: str, files: set) -> str | None:
@@ -336,7 +404,7 @@ def problem(out: Annotations, key: str, kind: str, why: str, split: str) -> None
     out.errors.setdefault(key, (kind, why))
 
 
-def read_coco(source, listing, jsons) -> Annotations:
+def read_coco(source, listing, jsons, max_boxes: int = MAX_BOXES) -> Annotations:
     """Rows of COCO files. Besides the boxes: an image entry whose id, width or height is not a
     finite number (width, height above 0) is `coco_bad_value`; an id listed twice is
     `coco_duplicate_id` for every image listing it (whose boxes are they?); a file listed twice
@@ -352,8 +420,8 @@ def read_coco(source, listing, jsons) -> Annotations:
         given = split if split in SPLITS else ""
         ids, per_image = coco_ids(out, js, entries, annotations, given)
         for k, im, rel, image_id in entries:
-            coco_image(out, (js, given, categories, ids, per_image, listed), k, im, rel,
-                       image_id)
+            coco_image(out, (js, given, categories, ids, per_image, listed, max_boxes), k, im,
+                       rel, image_id)
     return out
 
 
@@ -407,8 +475,9 @@ def coco_ids(out: Annotations, js: str, entries, annotations, given: str) -> tup
 
 def coco_image(out: Annotations, context, k, im, rel, image_id) -> None:
     """One image entry of a COCO file: its row's boxes, split, declared size and hash, or the
-    first problem found. context: (json, split given, categories, ids, per_image, listed)."""
-    js, given, categories, ids, per_image, listed = context
+    first problem found. context: (json, split given, categories, ids, per_image, listed,
+    max_boxes)."""
+    js, given, categories, ids, per_image, listed, cap = context
     name = im.get("file_name")
     if not isinstance(name, str) or not name:
         problem(out, f"{js}#images[{k}]", "coco_bad_value",
@@ -441,6 +510,11 @@ def coco_image(out: Annotations, context, k, im, rel, image_id) -> None:
         problem(out, rel, "coco_duplicate_file",
                 f"listed {where}: keep one entry per file", given)
         return
+    if len(anns) > cap:  # before any box is made: memory and the field stay bounded
+        problem(out, rel, "too_many_boxes",
+                too_many(f"{js}, image id {image_id}: its annotations hold", len(anns), cap),
+                given)
+        return
     try:
         w = positive(im.get("width"), "width")
         h = positive(im.get("height"), "height")
@@ -454,14 +528,14 @@ def coco_image(out: Annotations, context, k, im, rel, image_id) -> None:
         annotation_sha256=hashlib.sha256(canonical).hexdigest() if anns else "")
 
 
-def read_annotations(source, listing) -> Annotations:
+def read_annotations(source, listing, max_boxes: int = MAX_BOXES) -> Annotations:
     files = {rel for rel, kind, _ in listing if kind == "file"}
     jsons = sorted(rel for rel in files
                    if rel.startswith("annotations/instances_") and rel.endswith(".json"))
     if jsons:
-        return read_coco(source, listing, jsons)
+        return read_coco(source, listing, jsons, max_boxes)
     if "data.yaml" in files:
-        return read_yolo(source, listing)
+        return read_yolo(source, listing, max_boxes)
     raise StageError(f"{source}: not a detection dataset: it needs data.yaml (YOLO: "
                      f"images/<split>/, labels/<split>/*.txt) or "
                      f"annotations/instances_<split>.json (COCO).")

@@ -31,6 +31,8 @@ CHECKS = {
     "box_degenerate": (BLOCKING, "zero or negative width or height"),
     "box_too_small": (BLOCKING, "a box side under validate.min_box_px pixels"),
     "duplicate_box": (BLOCKING, "the same box twice in one image (same class and coordinates)"),
+    "too_many_boxes": (BLOCKING, "an image with more boxes than validate.max_boxes (a YOLO "
+                                 "label file's lines, a COCO image's annotations)"),
     "unlabelled": (BLOCKING, "an image with no label file, with validate.require_labels"),
     "no_labels": (WARNING, "an image with no boxes (background): counted, kept"),
 }

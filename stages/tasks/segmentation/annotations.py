@@ -129,7 +129,13 @@ def read_mask(path: Path, name: str = "") -> dict:
         return {"error_kind": "bad_mask", "error": f"mask {name}: cannot read "
                                                    f"({exc.strerror})"}
     out = {"sha256": hashlib.sha256(data).hexdigest()}
+    if not data:
+        return {**out, "error_kind": "bad_mask",
+                "error": f"mask {name} is an empty file (0 bytes): re-export it as a "
+                         f"single-channel PNG of class indices"}
     import io
+
+    from stages.lib.modality.errors import decode_error
 
     try:
         with Image.open(io.BytesIO(data)) as img:
@@ -143,7 +149,7 @@ def read_mask(path: Path, name: str = "") -> dict:
             values = np.asarray(img)
     except Exception as exc:  # PIL raises many types on corrupt data
         return {**out, "error_kind": "bad_mask",
-                "error": f"mask {name} cannot be decoded ({type(exc).__name__}: {exc}): it is "
+                "error": f"mask {name} cannot be decoded ({decode_error(exc)}): it is "
                          f"truncated, corrupt or not an image; re-export it as a "
                          f"single-channel PNG of class indices (or re-save the file)"}
     counts = np.bincount(values.ravel(), minlength=256)
