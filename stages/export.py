@@ -4,10 +4,11 @@ The ONNX graph has a dynamic batch axis (and a dynamic width axis where the task
 any width, Task.dynamic_width), input `input` and the task's outputs (classification:
 `logits`). Its metadata (every value JSON-encoded) carries what a consumer needs to feed it:
 `task`, the task's keys (classification: `classes`, in output order), `image_size`, `channels`,
-`mean`, `std`, and where it came from: `code_sha256`,
-`manifest_sha256`, `params_sha256`, `model_sha256`. The git commit is deliberately NOT in the
-file (it would change the bytes of a DVC-cached out with every commit, so `dvc repro` could never
-reproduce dvc.lock); it goes to the run record logs/export.json.
+`mean`, `std`, and where it came from: `code_sha256`, `manifest_sha256`, `params_sha256`,
+`model_sha256`, and the model's version `model_version` (stages/lib/provenance.py's
+model_version: the string predict, serve and the report show). The git commit is deliberately
+NOT in the file (it would change the bytes of a DVC-cached out with every commit, so `dvc
+repro` could never reproduce dvc.lock); it goes to the run record logs/export.json.
 
 Parity gate: the test images (or the first `export.parity_samples`) go through PyTorch and
 through onnxruntime at batch size 1 and at `export.parity_batch` (with `export.width_buckets`,

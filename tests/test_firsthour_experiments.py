@@ -50,4 +50,4 @@ def test_an_experiment_made_before_the_remote_reaches_a_second_clone(own_data_pr
     image = own_data_project / "data/mine/red/red_005.png"
     proc = run_tool("predict", str(image), cwd=b)  # with B's model
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["model"] == exp_weights  # the experiment's model
+    assert json.loads(proc.stdout)["model"] == exp_weights[:12]  # the experiment's version

@@ -386,9 +386,10 @@ def test_serve_defaults_are_the_documented_ones():
     from tools.serve.__main__ import main
 
     text = CliRunner().invoke(main, ["--help"], terminal_width=200).output
+    text = text.split("Options:", 1)[1]  # the description names options too
     for option, default in (("--header-timeout", "10.0"), ("--body-timeout", "30.0"),
                             ("--keep-alive-timeout", "5"), ("--limit-concurrency", "64"),
-                            ("--max-decode-mb", "256")):
+                            ("--max-decode-mb", "256"), ("--predict-timeout", "30.0")):
         assert f"{option}" in text and f"default: {default}" in text.split(option, 1)[1][:400]
 
 

@@ -104,25 +104,42 @@ def test_out_dir_dot_or_the_input_folder_itself_is_refused_and_inputs_stay(seg_m
     assert snapshot(tmp_path) == before  # no input changed, no file added, no --out made
 
 
+def test_file_and_list_sources_refuse_an_out_dir_inside_their_folder(seg_model, tmp_path):
+    """Issue 41, item 11e: masks of file, @list and glob-of-files sources written inside the
+    inputs' own folder would be inputs of the next `predict` over that folder."""
+    inputs(tmp_path / "tmpin")
+    (tmp_path / "files.txt").write_text("tmpin/0.png\ntmpin/photo.jpg\n")
+    before = snapshot(tmp_path)
+    # the issue's reproduction: file sources, --out-dir inside their folder
+    error = one_line_error(predict(tmp_path, seg_model, "tmpin/0.png", "tmpin/photo.jpg",
+                                   "--out", "p.jsonl", "--out-dir", "tmpin/masks"))
+    assert "--out-dir tmpin/masks is the input folder tmpin/ (the folder of the input " \
+           "tmpin/0.png) or inside it" in error
+    # `--out-dir .` would put tmpin/0.png's mask at tmpin/0.png (over the input)
+    error = one_line_error(predict(tmp_path, seg_model, "tmpin/0.png", "tmpin/1.png",
+                                   "--out", "q.jsonl", "--out-dir", "."))
+    assert "would put the predictions of tmpin/ in tmpin, inside the input folder tmpin/" \
+           in error
+    # an @list of files, a glob of files, a file in the working directory
+    one_line_error(predict(tmp_path, seg_model, "@files.txt", "--out", "r.jsonl",
+                           "--out-dir", "tmpin/m"))
+    one_line_error(predict(tmp_path, seg_model, "tmpin/*.png", "--out", "s.jsonl",
+                           "--out-dir", "tmpin/m"))
+    one_line_error(predict(tmp_path / "tmpin", seg_model, "0.png", "--out", "../t.jsonl",
+                           "--out-dir", "masks"))
+    assert snapshot(tmp_path) == before  # nothing written, no input changed
+    # outside the inputs' folder: written, under the inputs' relative paths
+    proc = predict(tmp_path, seg_model, "@files.txt", "--out", "u.jsonl", "--out-dir", "masks")
+    assert proc.returncode == 0, proc.stderr
+    rows = rows_of(tmp_path / "u.jsonl")
+    assert rows["tmpin/0.png"]["mask_png"] == "masks/tmpin/0.png"
+    assert rows["tmpin/photo.jpg"]["mask_png"] == "masks/tmpin/photo.jpg.png"
+    assert {k: v for k, v in snapshot(tmp_path).items()
+            if not k.startswith("masks/") and k != "u.jsonl"} == before
+
+
 def test_a_mask_path_on_a_file_predict_did_not_write_is_an_error_row(seg_model, tmp_path):
     inputs(tmp_path / "tmpin")
-    # file sources: their folder is not an input folder, so `--out-dir .` maps each image
-    # onto itself (the .png ones) or beside itself (photo.jpg -> photo.jpg.png)
-    before = snapshot(tmp_path / "tmpin")
-    proc = predict(tmp_path, seg_model, "tmpin/0.png", "tmpin/1.png", "tmpin/photo.jpg",
-                   "--out", "p.jsonl", "--out-dir", ".")
-    assert proc.returncode == 3, proc.stderr  # the overlapping ones fail, the run goes on
-    rows = rows_of(tmp_path / "p.jsonl")
-    for name in ("0.png", "1.png"):
-        assert rows[f"tmpin/{name}"]["error"].startswith("mask_refused: "), rows
-        assert "is the input itself" in rows[f"tmpin/{name}"]["error"]
-        assert rows[f"tmpin/{name}"]["mask_png"] == ""
-    assert rows["tmpin/photo.jpg"]["error"] == ""
-    assert rows["tmpin/photo.jpg"]["mask_png"] == "tmpin/photo.jpg.png"
-    after = snapshot(tmp_path / "tmpin")
-    assert {k: v for k, v in after.items() if k != "photo.jpg.png"} == before
-
-    (tmp_path / "tmpin/photo.jpg.png").unlink()  # else an input, whose mask is photo.jpg's
     after = snapshot(tmp_path / "tmpin")
 
     # a file of the user's (or a link to an input) where a mask would go: never replaced

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError, sha256_file
+from stages.lib.provenance import model_version
 from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
@@ -39,8 +40,10 @@ class Model:
     task: object = field(repr=False, default=None)  # a stages.tasks.base.Task
     meta: dict = field(default_factory=dict)  # the task's keys of the model's metadata
     # sha256 of the trained weights file (models/model.pt): the same for model.pt and the
-    # model.onnx exported from it (its metadata's model_sha256); predict's rows carry it
+    # model.onnx exported from it (its metadata's model_sha256); the version derives from it
     weights_sha256: str = ""
+    # the version the file declares (its metadata's model_version), "" when it has none
+    declared_version: str = ""
     # export.width_buckets of a model that takes any input width (its ONNX metadata): each
     # input runs at the smallest of these widths that holds it; [] = image_size's width
     width_buckets: list = field(default_factory=list)
@@ -67,8 +70,10 @@ class Model:
 
     @property
     def version(self) -> str:
-        """Short content hash of the model file: changes whenever the weights change."""
-        return self.sha256[:12]
+        """The model's version (stages.lib.provenance.model_version): the sha256 prefix of its
+        trained weights, the same for model.pt and every format exported from it; predict's
+        rows, serve's answers and the report carry it. `sha256` names the file itself."""
+        return self.declared_version or model_version(self.weights_sha256)
 
     def logits(self, batch: np.ndarray) -> np.ndarray:
         """float32 logits NxK of a batch of stored inputs (normalised here, like everywhere
@@ -96,10 +101,16 @@ def load_onnx(path, threads: int = 0) -> Model:
             "onnxruntime": ort.__version__}
     run = batched(session)  # a fixed-batch graph (torchvision's detectors) image by image
 
-    weights = json.loads(props["model_sha256"]) if "model_sha256" in props else ""
     return Model("onnxruntime", path.name, sha256=sha256_file(path), runner=run, info=info,
-                 task=task, meta=task_meta, weights_sha256=weights,
+                 task=task, meta=task_meta, **declared(props),
                  width_buckets=json.loads(props.get("width_buckets", "[]")), **meta)
+
+
+def declared(props: dict) -> dict:
+    """weights_sha256 and declared_version from an exported model's metadata (a file exported
+    before either key existed: empty, and the version falls back to the file's own hash)."""
+    return {"weights_sha256": json.loads(props.get("model_sha256", '""')),
+            "declared_version": json.loads(props.get("model_version", '""'))}
 
 
 def load_torch(path, threads: int = 0) -> Model:
@@ -162,7 +173,7 @@ def load_openvino(path, threads: int = 0) -> Model:
                           .encode()).hexdigest()  # the graph and its weights
     return Model("openvino", path.name, sha256=both,
                  runner=run, info={"openvino": ov.get_version(), "precision": "f32"},
-                 task=task, meta=task_meta, **meta)
+                 task=task, meta=task_meta, **declared(props), **meta)
 
 
 def load(backend: str, path=None, threads: int = 0) -> Model:
@@ -217,7 +228,8 @@ def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
 def describe(model: Model, metrics_path=None) -> dict:
     """What GET /model returns: classes, input, provenance, eval metrics when present."""
     out = {"backend": model.backend, "file": model.path, "version": model.version,
-           "sha256": model.sha256, "task": model.task.name,
+           "sha256": model.sha256, "weights_sha256": model.weights_sha256,
+           "task": model.task.name,
            "classes": [str(c) for c in model.classes],
            "input": {"image_size": model.image_size, "channels": model.channels,
                      "mean": model.mean, "std": model.std},

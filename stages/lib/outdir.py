@@ -44,29 +44,43 @@ def real_folders(path) -> list:
 
 class OutDir:
     """predict's --out-dir: `root`, and the input folders (the folders given as SOURCE, in an
-    @list or matched by a glob) that nothing may be written into. Refuses (ValueError, one
-    line) an out dir that is, or would put a folder source's files, inside an input folder."""
+    @list or matched by a glob, and the folders of the input files) that nothing may be
+    written into: a prediction file there would be an input of the next predict over that
+    folder. Refuses (ValueError, one line) an out dir that is, or would put an input folder's
+    predictions, inside an input folder."""
 
     def __init__(self, root, input_folders=()):
+        """input_folders: folders, or (folder, file) pairs where the folder is an input file's
+        (named in the refusal), or (folder, None)."""
         self.root = Path(root)
         self.folders = {}  # identity -> the folder as given
-        for folder in input_folders:
+        self.files = {}  # identity -> the input file whose folder it is, when one is
+        for item in input_folders:
+            folder, file = item if isinstance(item, tuple) else (item, None)
             ident = identity(folder)
-            if ident is not None:
-                self.folders.setdefault(ident, os.path.normpath(folder))
+            if ident is not None and ident not in self.folders:
+                self.folders[ident] = os.path.normpath(folder)
+                if file is not None:
+                    self.files[ident] = file
         inside = self.input_folder(self.root)
         if inside is not None:
-            raise ValueError(f"--out-dir {self.root} is the input folder {inside}/ or inside it: "
-                             f"predictions would be written among (or over) its images; "
-                             f"choose an --out-dir outside every input folder.")
+            raise ValueError(f"--out-dir {self.root} is the input folder {self.named(inside)} "
+                             f"or inside it: predictions would be written among (or over) "
+                             f"its images; choose an --out-dir outside every input folder.")
         for folder in sorted(set(self.folders.values())):
             where = self.root / placed(folder)
             inside = self.input_folder(where)
             if inside is not None:
                 raise ValueError(f"--out-dir {self.root} would put the predictions of {folder}/ "
-                                 f"in {where.as_posix()}, inside the input folder {inside}/ "
-                                 f"(among or over its images); choose an --out-dir outside "
-                                 f"every input folder.")
+                                 f"in {where.as_posix()}, inside the input folder "
+                                 f"{self.named(inside)} (among or over its images); choose an "
+                                 f"--out-dir outside every input folder.")
+
+    def named(self, folder: str) -> str:
+        """An input folder as a refusal names it: `folder/`, and the input file it holds when
+        it is a file's folder."""
+        file = self.files.get(identity(folder))
+        return f"{folder}/" + (f" (the folder of the input {file})" if file else "")
 
     def input_folder(self, path) -> str | None:
         """The input folder path is (or would be) inside, or None."""

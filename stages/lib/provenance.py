@@ -3,7 +3,8 @@
 The run record (logs/<stage>.json, not tracked by DVC or git) holds what must never enter a
 cached out: the git commit and dirty flag, versions, the device and the command line.
 Hashes of data and params are deterministic and may go into outs: `export_provenance` gives
-the ones models/model.onnx's metadata carries.
+the ones models/model.onnx's metadata carries, the model's version (`model_version`) among
+them.
 """
 import dataclasses
 import hashlib
@@ -31,6 +32,18 @@ PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
 # selecting a format leaves model.onnx's bytes as they were.
 FORMAT_KEYS = ("formats", "max_metric_drop", "calibration_samples")
+
+
+VERSION_CHARS = 12  # hex digits of a model version
+
+
+def model_version(weights_sha256: str) -> str:
+    """The model's version: the first VERSION_CHARS hex digits of the sha256 of its trained
+    weights (models/model.pt). One string for one trained model everywhere: export writes it
+    into model.onnx's metadata (`model_version`, carried by every format converted from it),
+    predict's rows carry it (`model`), serve answers it (`model_version`, GET /model's
+    `version`) and the report shows it, whichever backend or format runs the model."""
+    return weights_sha256[:VERSION_CHARS]
 
 
 def params_hash(params) -> str:
@@ -105,6 +118,8 @@ def export_provenance(params_path, task_code, model) -> dict:
         del sections["export"]["score_threshold"]
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
+    weights = sha256_file(model, missing="")
     return {"code_sha256": code.hexdigest(),
             "manifest_sha256": sha256_file(MANIFEST, missing=""),
-            "params_sha256": params_hash(params), "model_sha256": sha256_file(model, missing="")}
+            "params_sha256": params_hash(params), "model_sha256": weights,
+            "model_version": model_version(weights)}

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from stages.lib.params import PARAMS_FILE
+from stages.lib.provenance import model_version
 from stages.report.facts import (CODE_DIR, CURVES, EVAL, LOCK, MANIFEST, ONNX, QUARANTINE,
                                  VALIDATION_HTML, Facts, normalise)
 from stages.report.html import (LOWER_IS_BETTER, card, class_key, esc, flatten, fmt,
@@ -21,6 +22,9 @@ def provenance(facts: Facts) -> str:
     changed = [r for r in facts.params_rows if r[1] != r[2]]
     model_meta = facts.onnx["metadata"]
     manifest_sha = facts.manifest_sha256
+    # a model.onnx exported before it carried model_version: derived the same way
+    release = model_meta.get("model_version") or model_version(model_meta.get("model_sha256")
+                                                                or "") or "-"
 
     def check(expected, actual):
         if not expected:
@@ -53,6 +57,9 @@ def provenance(facts: Facts) -> str:
         f'<tr><th>code</th><td><code data-key="code_sha256">{facts.code_sha256}</code>'
         f'<div class="muted">sha256 over the {len(facts.code_files)} Python files of '
         f"{esc(CODE_DIR.as_posix())}/ (per file below)</div></td></tr>",
+        f'<tr><th>model version</th><td><code data-key="model_version">{esc(release)}</code>'
+        f'<div class="muted">the version predict\'s rows, serve\'s answers and the ONNX '
+        f"metadata carry: the sha256 prefix of models/model.pt</div></td></tr>",
         f'<tr><th>model</th><td><code data-key="model_sha256">'
         f'{esc(model_meta.get("model_sha256", "-"))}</code>'
         f'<div class="muted">sha256 of models/model.pt, as recorded in the ONNX metadata; '

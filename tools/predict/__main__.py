@@ -75,7 +75,8 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
 
     Each row has path, the task's prediction fields, error and model; for classification
     label, score (softmax probability of label) and topk (a list of {label, score}); model is
-    the model version (sha256 of the trained weights, models/model.pt). A file that
+    the model version (the first 12 hex digits of the sha256 of the trained weights,
+    models/model.pt: the version serve answers and the report shows). A file that
     cannot be read or decoded, or whose header declares more than --max-pixels pixels (it is
     not decoded), gets a row with its error, and the run goes on.
 
@@ -175,7 +176,7 @@ def resume(out: Path, fmt: str, fields: list[str], model, overwrite: bool,
             with replace_file(out):  # empty file (through a symlink: its target, its mode)
                 pass
         else:
-            check_model(out, fmt, fields, model.weights_sha256)
+            check_model(out, fmt, fields, model.version)
     if not to_stdout and out.exists():
         if retry_failed:
             try:

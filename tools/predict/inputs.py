@@ -163,21 +163,31 @@ def linked_folders(top: str) -> list[str]:
 
 
 def input_folders(sources):
-    """The folders whose files are inputs (--out-dir writes nothing inside them): folder
-    SOURCEs, folders in @lists and folders a glob matches, and the folders each reaches
-    through symlinks."""
+    """The folders whose files are inputs (--out-dir writes nothing inside them), as (folder,
+    None) for a folder SOURCE, a folder in an @list or a folder a glob matches, and the
+    folders each reaches through symlinks; and as (folder, file) for the folder of a file
+    SOURCE, of a file in an @list and of a file a glob matches (each folder once): masks
+    written there would be inputs of the next predict over that folder."""
+    parents = set()
     for source in sources:
         if source.startswith("@"):
-            tops = [e for e in list_entries(source[1:]) if os.path.isdir(e)]
+            entries = list(list_entries(source[1:]))
         elif os.path.isdir(source):
-            tops = [source]
+            entries = [source]
         elif glob.has_magic(source) and not os.path.exists(source):
-            tops = [m for m in _glob(source) if os.path.isdir(m)]
+            entries = [m for m in _glob(source) if not isinstance(m, Problem)]
         else:
-            tops = []
-        for top in tops:
-            yield top
-            yield from linked_folders(top)
+            entries = [source]
+        for entry in entries:
+            if os.path.isdir(entry):
+                yield entry, None
+                for linked in linked_folders(entry):
+                    yield linked, None
+                continue
+            parent = os.path.dirname(os.path.normpath(entry)) or "."
+            if parent not in parents:
+                parents.add(parent)
+                yield parent, os.path.normpath(entry)
 
 
 def iter_inputs(sources):

@@ -22,7 +22,7 @@ def decode_input(path, model, max_pixels: int, source=None) -> tuple:
 def infer(model, batch, top_k: int) -> list[dict]:
     """predict_rows of one batch; a failure of the model itself is a StageError."""
     try:
-        return predict_rows(model, batch, top_k, model.weights_sha256)
+        return predict_rows(model, batch, top_k, model.version)
     except Exception as exc:  # the images decoded fine: the model (or its file) is bad
         raise StageError(f"{model.path}: inference failed on the batch starting at "
                          f"{batch[0][0]}: {type(exc).__name__}: {exc}. Rows written "

@@ -1,8 +1,9 @@
 """`python -m tools.serve`: a local HTTP API for the exported model, FastAPI on uvicorn,
 127.0.0.1 by default. Not a DVC stage.
 
-The routes are app.py's; the micro-batching and the decode budget batching.py's; the timed
-connections and the --host check transport.py's; the status fast path, the predict limit and
+The routes and the --predict-timeout deadline are app.py's; the micro-batching and the decode
+budget and queue batching.py's; the timed connections, the 400 for bytes that are no request
+and the --host check transport.py's; the status fast path, the predict limit and
 the niced threads guard.py's; the offline /docs docs.py's.
 """
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 import click
 
 from tools.options import apply_decode_options, model_options
-from tools.serve.app import LIMIT_CONCURRENCY, MAX_BYTES, MAX_DECODE_MB, create_app
+from tools.serve.app import (LIMIT_CONCURRENCY, MAX_BYTES, MAX_DECODE_MB, PREDICT_TIMEOUT,
+                             QUEUED_DECODES, create_app)
 from tools.serve.guard import inference_executor
 from tools.serve.transport import (BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, check_host,
                                    timed_protocol)
@@ -52,6 +54,14 @@ def return_freed_memory() -> None:
               help="Decode memory budget: an image needing more (width x height x bytes per "
                    "pixel, with conversion copies) gets 422 (a big JPEG is decoded at a reduced "
                    "scale instead); concurrent decodes together stay within it.")
+@click.option("--max-queued-decode-mb", type=click.FloatRange(min=1), default=None,
+              help=f"Decode work that may wait for the budget (the decode costs of the "
+                   f"images queued); an image that would overflow it gets 503 with "
+                   f"Retry-After at once. Default: {QUEUED_DECODES} x --max-decode-mb.")
+@click.option("--predict-timeout", type=click.FloatRange(min=0.1), default=PREDICT_TIMEOUT,
+              show_default=True,
+              help="Seconds from the end of a POST /predict's body to its answer (decode "
+                   "queue, decode, inference); past it, 503 with Retry-After.")
 @click.option("--header-timeout", type=click.FloatRange(min=0.1), default=HEADER_TIMEOUT,
               show_default=True, help="Seconds a request's headers may take (then 408).")
 @click.option("--body-timeout", type=click.FloatRange(min=0.1), default=BODY_TIMEOUT,
@@ -67,8 +77,9 @@ def return_freed_memory() -> None:
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
 def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
-         max_batch, max_wait_ms, max_decode_mb, header_timeout, body_timeout,
-         keep_alive_timeout, limit_concurrency, threads, log_level, score_threshold, beam):
+         max_batch, max_wait_ms, max_decode_mb, max_queued_decode_mb, predict_timeout,
+         header_timeout, body_timeout, keep_alive_timeout, limit_concurrency, threads,
+         log_level, score_threshold, beam):
     """Serve the model over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
@@ -80,6 +91,12 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
     than --max-pixels pixels in its header (not decoded) gets its error in its place, and the
     answer is 200 with status `partial`; only when no file is usable does the request fail
     (415 when none is an image, else 422), naming every file.
+
+    Every request is answered within a bound: its headers within --header-timeout and its
+    body within --body-timeout (else 408); bytes that cannot begin an HTTP request get 400 at
+    once; from the end of its body, a POST /predict is answered within --predict-timeout (a
+    result, or 503 with Retry-After), and at once with 503 with Retry-After when the decode
+    queue (--max-queued-decode-mb) or --limit-concurrency is full.
     """
     warning = check_host(host, expose)  # before anything is loaded
     import uvicorn
@@ -91,7 +108,8 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
     model = inference_executor().submit(load, backend, model_path, threads).result()
     apply_decode_options(model, score_threshold, beam)
     app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
-                     max_wait_ms, max_decode_mb, limit_concurrency)
+                     max_wait_ms, max_decode_mb, limit_concurrency, max_queued_decode_mb,
+                     predict_timeout)
     if warning:
         click.echo(warning, err=True)
     click.echo(f"serve: {model.path} ({model.backend}, version {model.version}) on "

@@ -11,20 +11,24 @@ nothing on the server's disk can be read through the API.
 Memory is bounded by bytes, not only pixels: each image's decode cost (its header's width x
 height x bytes per pixel, plus to_model_mode's copies) must fit --max-decode-mb, and decodes
 wait on a shared budget of that size (batching.py), so concurrent requests never decode more
-at once. /health and /ready are answered before anything else, and at most
---limit-concurrency POST /predict requests are in flight (guard.py); /docs works offline
-(docs.py).
+at once. Time is bounded too: the decodes waiting for the budget may not cost more than
+--max-queued-decode-mb together (past it, 503 with Retry-After at once), and a POST /predict
+is answered within --predict-timeout of its body's end (else 503 with Retry-After). /health
+and /ready are answered before anything else, and at most --limit-concurrency POST /predict
+requests are in flight (guard.py); /docs works offline (docs.py).
 
 The models are a registry, app.state.models (a name -> a loaded tools.inference.Model), each
 with its micro-batcher in app.state.batchers; today one, DEFAULT, which every route serves.
 """
 from stages.lib.params import MAX_PIXELS
-from tools.serve.batching import DecodeBudget, MicroBatcher, ModelFailed
+from tools.serve.batching import Busy, DecodeBudget, MicroBatcher, ModelFailed
 from tools.serve.docs import add_offline_docs
 from tools.serve.guard import FastPath, nice_thread
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_DECODE_MB = 256
+QUEUED_DECODES = 8  # --max-queued-decode-mb's default: this many times --max-decode-mb
+PREDICT_TIMEOUT = 30.0
 LIMIT_CONCURRENCY = 64
 DEFAULT = "default"  # the name of the model every route serves
 
@@ -32,7 +36,9 @@ DEFAULT = "default"  # the name of the model every route serves
 def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                metrics_path=None, top_k: int = 3, max_batch: int = 32,
                max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB,
-               limit_concurrency: int = LIMIT_CONCURRENCY):
+               limit_concurrency: int = LIMIT_CONCURRENCY,
+               max_queued_decode_mb: float | None = None,
+               predict_timeout: float = PREDICT_TIMEOUT):
     """The FastAPI app serving a loaded tools.inference.Model, registered as DEFAULT in
     app.state.models (its card, for GET /model, in app.state.cards)."""
     from fastapi import FastAPI
@@ -41,9 +47,13 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
 
     state = {"ready": False}
     budget_bytes = int(max_decode_mb * 2**20)
+    if max_queued_decode_mb is None:
+        max_queued_decode_mb = QUEUED_DECODES * max_decode_mb
+    queue_bytes = int(max_queued_decode_mb * 2**20)
     responses = response_models(model)
     app = FastAPI(title="image-pipeline model API", version=model.version,
-                  lifespan=lifespan(state, top_k, max_batch, max_wait_ms, budget_bytes),
+                  lifespan=lifespan(state, top_k, max_batch, max_wait_ms, budget_bytes,
+                                    queue_bytes),
                   max_body_size=max_bytes, docs_url=None, redoc_url=None,
                   description="Predictions of the exported model. Upload images to /predict.")
     app.state.models = {DEFAULT: model}
@@ -54,9 +64,10 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
     # Outermost: /health and /ready answered first, POST /predict counted (guard.py)
     app.add_middleware(FastPath, state=state, version=model.version, limit=limit_concurrency)
     serving = {"max_bytes": max_bytes, "max_pixels": max_pixels, "max_decode_mb": max_decode_mb,
+               "max_queued_decode_mb": max_queued_decode_mb, "predict_timeout": predict_timeout,
                "max_batch": max_batch, "top_k": top_k, "limit_concurrency": limit_concurrency}
     add_status_routes(app, state, serving, responses[1])
-    add_predict(app, responses, max_pixels, budget_bytes)
+    add_predict(app, responses, max_pixels, budget_bytes, predict_timeout)
     return app
 
 
@@ -85,7 +96,8 @@ def response_models(model) -> tuple:
     return PredictResponse, Error
 
 
-def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget_bytes: int):
+def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget_bytes: int,
+             queue_bytes: int):
     """The app's start (each model's micro-batcher and its worker, a first inference so /ready
     means the model really runs, the decode budget and threads) and stop."""
     import asyncio
@@ -101,15 +113,19 @@ def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget
             workers.append(asyncio.create_task(batcher.run()))
             await warm_up(batcher, model)
             app.state.batchers[name] = batcher
-        app.state.budget = DecodeBudget(budget_bytes)
+        app.state.budget = DecodeBudget(budget_bytes, queue_bytes)
         app.state.decoders = ThreadPoolExecutor(os.cpu_count() or 1, "decode",
                                                 initializer=nice_thread)
+        # Headers are read in their own threads: a request is admitted or refused at once,
+        # never behind the decodes of others
+        app.state.headers = ThreadPoolExecutor(2, "header", initializer=nice_thread)
         state["ready"] = True
         yield
         state["ready"] = False
         for worker in workers:
             worker.cancel()
         app.state.decoders.shutdown(wait=False, cancel_futures=True)
+        app.state.headers.shutdown(wait=False, cancel_futures=True)
 
     return run
 
@@ -181,10 +197,14 @@ def add_status_routes(app, state: dict, serving: dict, Error) -> None:
         return {**app.state.cards[DEFAULT], "serving": {**serving, **stats}}
 
 
-def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> None:
+def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
+                predict_timeout: float) -> None:
     """POST /predict: every uploaded file decoded (decode_upload), the usable ones predicted
     in the micro-batcher's batches, one answer per file in upload order (a file that cannot
-    be used gets its error: 200, status `partial`; no usable file at all: 415 or 422)."""
+    be used gets its error: 200, status `partial`; no usable file at all: 415 or 422). Within
+    predict_timeout of its body's end, or 503 with Retry-After: so is a request the decode
+    queue cannot take."""
+    import asyncio
     import logging
     from typing import Annotated
 
@@ -196,15 +216,33 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> No
     PredictResponse, Error = responses
 
     @app.post("/predict", response_model=PredictResponse,
-              summary="Predict the class of one or more uploaded images",
+              summary="Predict one or more uploaded images",
               responses={413: {"model": Error, "description": "body over the byte limit"},
                          415: {"model": Error, "description": "no file is an image"},
                          422: {"model": Error, "description": "no file is usable (corrupt, "
                                                               "over the pixel limit), or a "
                                                               "bad request"},
-                         503: {"model": Error, "description": "the model failed"}})
+                         503: {"model": Error, "description": "busy (the decode queue is "
+                                                              "full, or no answer within "
+                                                              "--predict-timeout: retry after "
+                                                              "Retry-After seconds), or the "
+                                                              "model failed"}})
     async def predict(files: Annotated[list[UploadFile], File(
             description="One or more image files (multipart/form-data, field `files`)")]):
+        budget = app.state.budget
+        try:
+            async with asyncio.timeout(predict_timeout):
+                return await answer(files)
+        except Busy as exc:
+            raise HTTPException(503, detail=exc.detail,
+                                headers={"Retry-After": str(exc.retry_after)}) from None
+        except TimeoutError:
+            wait = budget.retry_after()
+            raise HTTPException(503, headers={"Retry-After": str(wait)}, detail=(
+                f"no answer within --predict-timeout {predict_timeout:g} s: the server is "
+                f"busy; retry in {wait} s")) from None
+
+    async def answer(files) -> dict:
         model = app.state.models[DEFAULT]
         images, errors = [], []  # per file: a decoded image or None, and its error
         for index, upload in enumerate(files):
@@ -236,21 +274,30 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int) -> No
 
 
 async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
-    """One upload as the model's input, decoded in the decode threads: its header first (the
-    decode's cost, refused past max_pixels or the budget), then the decode itself once that
-    cost fits the shared budget. Raises BadInput for a file that cannot be used."""
+    """One upload as the model's input, decoded off the event loop: its header first (in the
+    header threads: the decode's cost, refused past max_pixels or the budget), then, once that
+    cost is admitted to the shared budget (batching.DecodeBudget; Busy when its queue is
+    full), the decode itself in the decode threads. The budget is given back when the decode's
+    thread ends, even when the request stopped waiting for it (its deadline passed): memory
+    stays bounded. Raises BadInput for a file that cannot be used."""
     import asyncio
     from functools import partial
 
     source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
     loop = asyncio.get_running_loop()
-    cost, draft = await loop.run_in_executor(app.state.decoders, partial(
+    cost, draft = await loop.run_in_executor(app.state.headers, partial(
         model.modality.read_header, source, model.channels, max_pixels, budget_bytes,
         model.image_size))
-    await app.state.budget.acquire(cost)
-    try:
-        return await loop.run_in_executor(app.state.decoders, partial(
-            model.modality.read_drafted, source, model.image_size, model.channels, draft,
-            model.letterbox))
-    finally:
-        await app.state.budget.release(cost)
+    budget = app.state.budget
+    await budget.acquire(cost)
+    decode = loop.run_in_executor(app.state.decoders, partial(
+        model.modality.read_drafted, source, model.image_size, model.channels, draft,
+        model.letterbox))
+
+    def done(future):
+        budget.release(cost, decoded=not future.cancelled())
+        if not future.cancelled():
+            future.exception()  # retrieved: a request that gave up leaves no warning
+
+    decode.add_done_callback(done)
+    return await asyncio.shield(decode)

@@ -1,29 +1,105 @@
 """How `tools.serve` spends memory and the model's time: decodes wait on a budget counted in
-bytes (DecodeBudget), and queued images of concurrent requests are predicted together
-(MicroBatcher): a single worker collects them until it has --max-batch or --max-wait-ms passed
-since the first, then runs one inference call in the niced inference thread (guard.py).
+bytes, in a bounded queue (DecodeBudget: past it, 503 with Retry-After at once), and queued
+images of concurrent requests are predicted together (MicroBatcher): a single worker collects
+them until it has --max-batch or --max-wait-ms passed since the first, then runs one
+inference call in the niced inference thread (guard.py).
 """
-from tools.serve.guard import inference_executor
+from tools.serve.guard import RETRY_AFTER_S, inference_executor
+
+PRIOR_SPEED = 100 * 2**20  # bytes of decode cost per second, until a decode has been timed
+
+
+class Busy(Exception):
+    """A request the server cannot take now (answered 503 with Retry-After: retry_after s)."""
+
+    def __init__(self, detail: str, retry_after: int):
+        super().__init__(detail)
+        self.detail, self.retry_after = detail, retry_after
 
 
 class DecodeBudget:
-    """An asyncio semaphore counted in bytes: decodes run while their costs together fit."""
+    """Admission control for decodes, counted in bytes (each decode's cost from its header).
 
-    def __init__(self, total: int):
-        import asyncio
+    Decodes run while their costs together fit `total` (one alone always may); the others wait
+    in a FIFO queue, whose costs together may not pass `queue_total`: a decode that would
+    overflow it is refused at once (Busy: 503 with Retry-After), so no request waits behind
+    more work than the server can do in its time. Retry-After is the time the work running
+    and queued takes at the decode speed measured so far (decode cost per second of decoding;
+    PRIOR_SPEED before a decode has ended), 1 to 60 s."""
 
-        self.total, self.used = total, 0
-        self.changed = asyncio.Condition()
+    def __init__(self, total: int, queue_total: int):
+        self.total, self.queue_total = total, queue_total
+        self.used = self.queued = 0
+        self.waiters = []  # FIFO of [cost, future]
+        self.decoded, self.busy_s, self.busy_since = 0, 0.0, None
+
+    def fits(self, cost: int) -> bool:
+        return self.used + cost <= self.total or not self.used
+
+    def retry_after(self) -> int:
+        """Seconds until the work now running and queued is likely done (1 to 60)."""
+        import math
+        import time
+
+        busy = self.busy_s + (time.monotonic() - self.busy_since if self.busy_since else 0)
+        speed = self.decoded / busy if self.decoded and busy > 0 else PRIOR_SPEED
+        return max(RETRY_AFTER_S, min(60, math.ceil((self.used + self.queued) / speed)))
 
     async def acquire(self, cost: int) -> None:
-        async with self.changed:
-            await self.changed.wait_for(lambda: self.used + cost <= self.total or not self.used)
-            self.used += cost
+        """Wait for cost bytes of the budget (FIFO); Busy when the queue cannot take them."""
+        import asyncio
 
-    async def release(self, cost: int) -> None:
-        async with self.changed:
-            self.used -= cost
-            self.changed.notify_all()
+        if not self.waiters and self.fits(cost):
+            return self._take(cost)
+        if self.queued + cost > self.queue_total:
+            mb = 2**20
+            raise Busy(f"the decode queue is full ({self.queued / mb:.0f} MiB of images "
+                       f"waiting, {self.used / mb:.0f} MiB decoding; this image needs "
+                       f"{cost / mb:.0f} MiB of --max-queued-decode-mb "
+                       f"{self.queue_total / mb:.0f}): retry in {self.retry_after()} s",
+                       self.retry_after())
+        waiter = [cost, asyncio.get_running_loop().create_future()]
+        self.waiters.append(waiter)
+        self.queued += cost
+        try:
+            await waiter[1]
+        except asyncio.CancelledError:
+            if waiter[1].done() and not waiter[1].cancelled():
+                self.release(cost, decoded=False)  # granted as the request gave up
+            elif waiter in self.waiters:
+                self.waiters.remove(waiter)
+                self.queued -= cost
+                self._wake()  # the next in line may fit now
+            raise
+
+    def _take(self, cost: int) -> None:
+        import time
+
+        if not self.used:
+            self.busy_since = time.monotonic()
+        self.used += cost
+
+    def _wake(self) -> None:
+        while self.waiters and self.fits(self.waiters[0][0]):
+            cost, future = self.waiters.pop(0)
+            self.queued -= cost
+            if future.done():  # cancelled: its request gave up waiting
+                continue
+            self._take(cost)
+            future.set_result(None)
+
+    def release(self, cost: int, decoded: bool = True) -> None:
+        """Give cost bytes back (when a decode's thread has finished, not before) and start
+        the decodes that now fit. Called in the event loop's thread."""
+        import time
+
+        self.used -= cost
+        if decoded:
+            self.decoded += cost
+        if not self.used and self.busy_since is not None:
+            self.busy_s += time.monotonic() - self.busy_since
+            self.busy_since = None
+        self._wake()
 
 
 class ModelFailed(RuntimeError):

@@ -1,11 +1,52 @@
 """How `tools.serve` meets the network: uvicorn's h11 protocol with a deadline for a
-request's headers and one for its body (408 past either), and the check that refuses a --host
-that is not loopback unless --expose says it is meant.
+request's headers and one for its body (408 past either), bytes that cannot begin an HTTP
+request refused at once (400, not a 408 once the header deadline has passed), and the check
+that refuses a --host that is not loopback unless --expose says it is meant.
 """
+import json
+import re
+
 import click
 
 HEADER_TIMEOUT, BODY_TIMEOUT, KEEP_ALIVE_TIMEOUT = 10.0, 30.0, 5
 WILDCARDS = ("", "0", "0.0.0.0", "::", "[::]", "*")
+# What an HTTP/1.1 request's head may hold before its headers end (RFC 9112, as h11 parses
+# it): a request line `METHOD SP TARGET SP HTTP/d.d`, then header lines without control bytes
+TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]*")
+TARGET = re.compile(rb"[\x21-\x7e]*")
+VERSION = b"HTTP/0.0\r"
+CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+LONGEST_METHOD = 32
+
+
+def not_a_request(head: bytes) -> str:
+    """Why the bytes received so far of a request's head cannot be the start of an HTTP/1.1
+    request ("" while they can be): random or binary bytes, a TLS handshake, text that is no
+    request line. Checked as the bytes arrive, so such a client gets 400 at once."""
+    line, newline, rest = head.partition(b"\n")
+    parts = line.split(b" ")
+    method = parts[0]
+    if len(parts) > 3:
+        return "the request line has more than three parts"
+    if (not TOKEN.fullmatch(method) or len(method) > LONGEST_METHOD
+            or ((len(parts) > 1 or newline) and not method)):
+        return "no HTTP method at the start of the request"
+    if len(parts) > 1 and (not TARGET.fullmatch(parts[1])
+                           or ((len(parts) > 2 or newline) and not parts[1])):
+        return "the request target is not printable text"
+    if len(parts) > 2:
+        version = parts[2]
+        if newline and not version.endswith(b"\r"):
+            version += b"\r"  # a bare LF ends the line too
+        if len(version) > len(VERSION) or any(
+                want != got and not (want == 0x30 and 0x30 <= got <= 0x39)
+                for want, got in zip(VERSION, version, strict=False)):
+            return "the request line does not end in an HTTP version (HTTP/1.1)"
+    elif newline:
+        return "the request line has no HTTP version"
+    if CONTROL.search(rest):
+        return "a header holds a control character"
+    return ""
 
 
 def timed_protocol(header_timeout: float, body_timeout: float):
@@ -35,7 +76,27 @@ def timed_protocol(header_timeout: float, body_timeout: float):
             if self.cycle is None or self.cycle.response_complete:
                 self._start_header_timer()  # a new request's first bytes
             super().data_received(data)
+            self._refuse_garbage()
             self._rearm()
+
+        def _refuse_garbage(self):
+            """400 at once for a head that cannot become a request (not_a_request), instead
+            of waiting for the header deadline (h11 parses a head only once it is complete)."""
+            import h11
+
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            why = not_a_request(self.conn.trailing_data[0])
+            if why:
+                self._cancel("_header_timer")
+                self._refuse(400, "Bad Request", f"not an HTTP request: {why}")
+
+        def _refuse(self, status, reason, detail):
+            body = json.dumps({"detail": detail}).encode()
+            self.transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: "
+                                 f"application/json\r\nconnection: close\r\n"
+                                 f"content-length: {len(body)}\r\n\r\n".encode() + body)
+            self.transport.close()
 
         def handle_events(self):
             super().handle_events()
@@ -69,12 +130,8 @@ def timed_protocol(header_timeout: float, body_timeout: float):
                 return
             if self.cycle is None or self.cycle.response_complete or (
                     not self.cycle.response_started):
-                body = (f'{{"detail": "request {what} not received within {seconds:g} s"}}'
-                        ).encode()
-                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: "
-                                     b"application/json\r\nconnection: close\r\n"
-                                     b"content-length: " + str(len(body)).encode() +
-                                     b"\r\n\r\n" + body)
+                return self._refuse(408, "Request Timeout",
+                                    f"request {what} not received within {seconds:g} s")
             self.transport.close()
 
     return TimedH11Protocol
