@@ -2,7 +2,8 @@
 
 The test images come from data/processed/, so the model sees them through exactly the
 preprocessing it was trained with. The task turns the model's outputs into its standard metrics:
-the headline goes to metrics/eval.json (what `dvc exp show` and `dvc metrics diff` compare), the
+every figure goes to metrics/eval.json (the report copies the compared ones to
+metrics/summary.json, the one DVC metric), the
 files that explain it (classification: per-class scores, confusion matrix, bad cases) to
 plots/eval/.
 """

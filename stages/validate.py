@@ -7,11 +7,11 @@ The checks of what a file holds (images: format, size, mode...) are the task's m
 Blocking problems either stop the pipeline (`validate.on_error: fail`) or are listed in
 data/quarantine.csv and left out of the split (`quarantine`); warnings (odd modes that the
 shared conversion handles, duplicates kept together, near-duplicate pairs) never block.
-Outputs: metrics/validation.json (the headline counts, a DVC metric: `dvc metrics diff`,
-`dvc exp show`), metrics/validation_checks.json (the count of every check, one key each: a plain
-out, so `dvc exp show` does not grow a column per check; `dvc metrics show` names it as a
-target), the quarantine list (header only when empty) and reports/validation.html
-(self-contained).
+Outputs: metrics/validation.json (the headline counts, committed but not a DVC metric: the
+report's metrics/summary.json is), metrics/validation_checks.json (the count of every
+check, one key each: a plain out, so `dvc exp show` does not grow a column per check;
+`dvc metrics show` names it as a target), the quarantine list (header only when empty) and
+reports/validation.html (self-contained).
 """
 from collections import Counter, defaultdict
 from pathlib import Path

@@ -113,8 +113,11 @@ class Browser:
 
 
 def load_page(path, executable: str | None = None, width: int = 1280, height: int = 2000,
-              full_page: bool = False) -> dict:
-    """Open file://<path>, wait for its load event, and return what happened (see module doc)."""
+              full_page: bool = False, offline: bool = False, settle: str | None = None) -> dict:
+    """Open file://<path>, wait for its load event, and return what happened (see module doc).
+    offline: the network is switched off (DevTools' network emulation) before the page loads.
+    settle: a JavaScript expression evaluated after the load event, awaited when it is a
+    promise (a page that draws asynchronously); its JSON-able value is returned as "settled"."""
     executable = executable or find_chromium()
     if not executable:
         raise FileNotFoundError("no chromium executable on PATH")
@@ -129,8 +132,17 @@ def load_page(path, executable: str | None = None, width: int = 1280, height: in
                       "mobile": False}, session)
         for domain in ("Page", "Runtime", "Log", "Network"):
             browser.call(f"{domain}.enable", session=session)
+        if offline:
+            browser.call("Network.emulateNetworkConditions",
+                         {"offline": True, "latency": 0, "downloadThroughput": -1,
+                          "uploadThroughput": -1}, session)
         browser.call("Page.navigate", {"url": url}, session)
         browser.wait_for(lambda m: m.get("method") == "Page.loadEventFired")
+        settled = None
+        if settle:
+            settled = browser.call("Runtime.evaluate", {
+                "expression": settle, "returnByValue": True, "awaitPromise": True},
+                session)["result"].get("value")
         facts = json.loads(browser.call("Runtime.evaluate", {
             "expression": PAGE_FACTS, "returnByValue": True}, session)["result"]["value"])
         shot = {"format": "png"}
@@ -156,6 +168,7 @@ def load_page(path, executable: str | None = None, width: int = 1280, height: in
         "log": [(p["entry"]["level"], p["entry"]["text"]) for p in params("Log.entryAdded")],
         "requests": [p["request"]["url"] for p in params("Network.requestWillBeSent")],
         "failed": [p.get("errorText") for p in params("Network.loadingFailed")],
+        "settled": settled,
         **facts,
     }
 

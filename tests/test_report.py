@@ -326,19 +326,19 @@ def test_experiments_page_marks_the_best_and_leaves_the_dvc_out_alone(run):
     rows = sections.experiment_rows(shown)
     exp = next(r for r in rows if r["name"] == "higher-lr")
     assert exp["params"]["train.lr"] == 0.02
-    accuracies = {r["name"]: r["metrics"]["metrics/eval.json:accuracy"] for r in rows
-                  if "metrics/eval.json:accuracy" in r["metrics"]}
+    accuracies = {r["name"]: r["metrics"]["metrics/summary.json:accuracy"] for r in rows
+                  if "metrics/summary.json:accuracy" in r["metrics"]}
     assert len(accuracies) >= 3  # workspace, the commit and the experiment
     best = max(accuracies.values())
     for name, acc in accuracies.items():
         key = f"exp.{name}.accuracy"
         assert page.values[key] == acc
         assert ("best" in page.classes_of[key]) == (acc == best), name
-    ece = {n: r["metrics"]["metrics/eval.json:ece"] for n, r in
-           ((r["name"], r) for r in rows) if "metrics/eval.json:ece" in r["metrics"]}
-    lowest = min(ece.values())  # ece: lower is better
+    ece = {n: r["metrics"]["metrics/summary.json:val_loss"] for n, r in
+           ((r["name"], r) for r in rows) if "metrics/summary.json:val_loss" in r["metrics"]}
+    lowest = min(ece.values())  # val_loss: lower is better
     for name, value in ece.items():
-        assert ("best" in page.classes_of[f"exp.{name}.ece"]) == (value == lowest), name
+        assert ("best" in page.classes_of[f"exp.{name}.val_loss"]) == (value == lowest), name
     # the experiments page never overwrites the DVC out
     refused = run_stage("report", "--experiments", "--out", "reports/run.html", cwd=run)
     assert refused.returncode == 1 and "DVC out" in refused.stderr

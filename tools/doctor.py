@@ -212,9 +212,22 @@ def s3_credentials(conf) -> str:
     return f"botocore ({creds.method})" if creds else ""
 
 
-def s3_findings(name, conf, timeout) -> list[Finding]:
+def s3_client(conf, timeout: float):
+    """A boto3 S3 client for a DVC remote's config (endpoint, region, keys from the config or
+    the environment), failing fast."""
     import boto3
     from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=conf.get("endpointurl"),
+        region_name=conf.get("region") or "us-east-1",
+        aws_access_key_id=conf.get("access_key_id"),
+        aws_secret_access_key=conf.get("secret_access_key"),
+        config=Config(connect_timeout=timeout, read_timeout=timeout,
+                      retries={"max_attempts": 1, "mode": "standard"}))
+
+
+def s3_findings(name, conf, timeout) -> list[Finding]:
     from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
     url, endpoint = conf["url"], conf.get("endpointurl")
@@ -226,12 +239,7 @@ def s3_findings(name, conf, timeout) -> list[Finding]:
     source = s3_credentials(conf)
     if not source:
         return [Finding(FAIL, "remote", f"{where}: no S3 credentials found", creds_fix)]
-    client = boto3.client(
-        "s3", endpoint_url=endpoint, region_name=conf.get("region") or "us-east-1",
-        aws_access_key_id=conf.get("access_key_id"),
-        aws_secret_access_key=conf.get("secret_access_key"),
-        config=Config(connect_timeout=timeout, read_timeout=timeout,
-                      retries={"max_attempts": 1, "mode": "standard"}))
+    client = s3_client(conf, timeout)
     endpoint_fix = f"dvc remote modify {name} endpointurl http://HOST:PORT"
     try:
         client.head_bucket(Bucket=bucket)
@@ -328,12 +336,29 @@ def dvc_status_findings(root) -> list[Finding]:
 
 
 def remote_sync_findings(root, name=None) -> list[Finding]:
-    """Are this commit's outs on the DVC remote (`dvc status -c`)? Another machine can only
-    `dvc pull` a commit whose outs were pushed; older commits need `dvc push --all-commits`."""
+    """Are this commit's outs on the DVC remote (`dvc status -c`), each object with the bytes
+    its name says (tools/doctor_objects.py)? Another machine can only `dvc pull` a commit whose
+    outs were pushed (older commits need `dvc push --all-commits`); a corrupt object is a FAIL
+    naming its place on the remote, a missing one a WARN."""
     import json
 
     from tools.project import dvc
 
+    config = dvc_config(root)
+    remote = name or config.get("core", {}).get("remote")
+    conf = dict(config.get("remote", {}).get(remote, {}))
+    # The objects first: on a directory remote, `dvc status -c` deletes an object whose bytes
+    # do not match its name (then it is "missing", and the evidence is gone).
+    try:
+        from tools.doctor_objects import check_objects
+
+        problems = check_objects(root, conf)
+    except Exception as exc:  # noqa: BLE001 - `dvc status -c` below still answers
+        problems = {}
+        findings = [Finding(WARN, "remote sync", f"could not look at the remote's objects: "
+                            f"{type(exc).__name__}: {exc}", "dvc status -c   (to see why)")]
+    else:
+        findings = corrupt_findings(remote, conf, problems)
     args = ["-r", name] if name else []
     proc = dvc(root, "status", "-c", "--json", *args, check=False)
     try:
@@ -342,22 +367,56 @@ def remote_sync_findings(root, name=None) -> list[Finding]:
         status = None
     if proc.returncode != 0 or not isinstance(status, dict):
         text = (proc.stdout + proc.stderr).strip()
-        return [Finding(WARN, "remote sync", "could not compare the cache with the remote: "
-                        + (text.splitlines()[-1] if text else "dvc status -c failed"),
-                        "dvc status -c   (to see why)")]
-    absent = sorted(p for p, state in status.items() if state in ("new", "missing"))
-    if not absent:
-        return [Finding(OK, "remote sync", "every out of this commit is on the remote")]
+        return findings + [Finding(WARN, "remote sync", "could not compare the cache with the "
+                                   "remote: " + (text.splitlines()[-1] if text else
+                                                 "dvc status -c failed"),
+                                   "dvc status -c   (to see why)")]
+    corrupt = {out for out, p in problems.items() if p["corrupt"]}
     outs = lock_outs(root)
-    named = sorted({next((o for o in outs if p == o or p.startswith(o + "/")), p)
-                    for p in absent})
+
+    def out_of(path):
+        return next((o for o in outs if path == o or path.startswith(o + "/")), path)
+
+    absent = sorted(p for p, state in status.items()
+                    if state in ("new", "missing") and out_of(p) not in corrupt)
+    if not absent:
+        if not findings:
+            findings.append(Finding(OK, "remote sync", "every out of this commit is on the "
+                                    "remote, each object with the md5 it is named by"))
+        return findings
+    named = sorted({out_of(p) for p in absent})
     shown = ", ".join(named[:5]) + (" ..." if len(named) > 5 else "")
+    where = [problems[o]["missing"][0][1] for o in named if problems.get(o, {}).get("missing")]
+    if where:
+        shown += f" (missing: no object at {where[0]}{' ...' if len(where) > 1 else ''})"
     unpushable = sum(status[p] == "missing" for p in absent)
     extra = (f" ({unpushable} are not in this machine's cache either: push them from the "
              f"machine that made them)" if unpushable else "")
-    return [Finding(WARN, "remote sync", f"{len(absent)} file(s) of this commit's outs are not "
-                    f"on the remote: {shown}{extra}; another machine cannot `dvc pull` them",
-                    "dvc push   (this commit; older ones: dvc push --all-commits)")]
+    return findings + [Finding(
+        WARN, "remote sync", f"{len(absent)} file(s) of this commit's outs are not on the "
+        f"remote: {shown}{extra}; another machine cannot `dvc pull` them",
+        "dvc push   (this commit; older ones: dvc push --all-commits)")]
+
+
+def corrupt_findings(name, conf, problems: dict) -> list[Finding]:
+    """One FAIL per out whose object on the remote has other bytes than its name says."""
+    findings = []
+    s3 = str(conf.get("url", "")).startswith("s3://")
+    for out, p in sorted(problems.items()):
+        if not p["corrupt"]:
+            continue
+        md5, where, found = p["corrupt"][0]
+        more = f" (and {len(p['corrupt']) - 1} more of its files)" if len(p["corrupt"]) > 1 \
+            else ""
+        delete = (f"first delete the bad object ({'aws s3 rm' if s3 else 'rm -f'} {where}: "
+                  f"`dvc push` skips an object that exists), then ")
+        findings.append(Finding(
+            FAIL, "remote sync", f"{out}: the remote's copy is corrupt: {where} has md5 "
+            f"{found}, dvc.lock names {md5.removesuffix('.dir')}{more}; `dvc pull` of it fails "
+            f"(\"Checkout failed\"){'' if conf.get('verify') else ' or installs the bad bytes'}",
+            f"{delete}dvc push -r {name} from a machine that has the good copy, or rebuild it "
+            f"(dvc repro) and dvc push -r {name}"))
+    return findings
 
 
 def lock_outs(root) -> list[str]:

@@ -23,7 +23,8 @@ def main(params_path, with_experiments, out_path):
 
     Reads the run's outs (data/manifest.csv, data/quarantine.csv, metrics/*.json,
     plots/train/plots/metrics/**.tsv, plots/eval/ (the task's evaluation files),
-    models/model.onnx), every section of the params file and requirements.lock.
+    models/model.onnx), every section of the params file and requirements.lock. Also writes
+    metrics/summary.json, the run's one DVC metric (not with --experiments).
     """
     from stages.report.facts import dvc_exp_show, gather
     from stages.report.page import render
@@ -47,6 +48,12 @@ def main(params_path, with_experiments, out_path):
                   task)
     write_bytes(out, page.encode("utf-8"))
     click.echo(f"report: {out} ({len(page) / 1024:,.0f} KiB)")
+    if not with_experiments:  # the DVC run: its one metric file, the columns of `dvc exp show`
+        from stages.lib.io import json_bytes
+        from stages.report.summary import SUMMARY, summary
+
+        write_bytes(SUMMARY, json_bytes(summary(task)))
+        click.echo(f"report: {SUMMARY}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import json
 from importlib import resources
 
 # A metric whose name contains one of these is better when lower.
-LOWER_IS_BETTER = ("loss", "ece", "error", "diff")
+LOWER_IS_BETTER = ("loss", "ece", "error", "diff", "cer", "wer")
 
 
 def stylesheet() -> str:

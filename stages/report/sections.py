@@ -9,13 +9,14 @@ from pathlib import Path
 
 from stages.lib.params import PARAMS_FILE
 from stages.lib.provenance import model_version
-from stages.report.facts import (CODE_DIR, CURVES, EVAL, LOCK, MANIFEST, ONNX, QUARANTINE,
+from stages.report.facts import (CODE_DIR, CURVES, LOCK, MANIFEST, ONNX, QUARANTINE,
                                  VALIDATION_HTML, Facts, normalise)
+from stages.report.summary import SUMMARY
 from stages.report.html import (LOWER_IS_BETTER, card, class_key, esc, flatten, fmt,
                                 lower_is_better, num, png_uri, table)
 
 # Counts, not scores: shown, never ranked.
-NOT_RANKED = ("samples", "epochs", "support")
+NOT_RANKED = ("samples", "epochs", "support", "best_epoch")
 
 
 def provenance(facts: Facts) -> str:
@@ -325,7 +326,7 @@ grows every time one is run. Run <code>python -m stages.report --experiments</co
 <code>reports/experiments.html</code>: this page plus the git commit and the table of
 <code>dvc exp show --json</code>, with the best value per headline metric marked.</p>"""
     rows = experiment_rows(facts.experiments)
-    headline = f"{EVAL.as_posix()}:"
+    headline = f"{SUMMARY.as_posix()}:"  # the one DVC metric file
     metrics = sorted({m for r in rows for m in r["metrics"]
                       if m.startswith(headline) and m.split(":")[-1] not in NOT_RANKED})
     varying = sorted({k for r in rows for k in r["params"]

@@ -70,6 +70,9 @@ class Task:
         raise NotImplementedError(f"task {self.name} has no width buckets")
     agreement_name = "agreement"  # metrics/export.json key: share of items whose decision agrees
     headline_metric = ""  # the metrics/eval.json key a reader looks at first
+    # the metrics/eval.json keys compared beside the headline: with it, the eval part of
+    # metrics/summary.json, the one DVC metric (the columns of `dvc exp show`)
+    secondary_metrics: tuple = ()
     # {dotted params key: value} the built-in sample needs besides `task` and `data.source`
     sample_params: dict = {}
 

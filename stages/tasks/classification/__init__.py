@@ -15,6 +15,7 @@ class Classification(Task):
     val_metric = "acc"
     agreement_name = "top1_agreement"
     headline_metric = "accuracy"
+    secondary_metrics = ("balanced_accuracy", "f1_macro")
     layouts = ("an ImageFolder tree <source>/<class>/<image> (or <source>/<split>/<class>/"
                "<image>, split train, val or test), or <source>/labels.csv with path,label")
     revisit = (

@@ -21,6 +21,7 @@ class Detection(Task):
     output_names = ("detections",)
     agreement_name = "detection_agreement"
     headline_metric = "map50"
+    secondary_metrics = ("map", "precision", "recall")
     # what a project on one's own data starts from (tools.init), and the built-in sample too
     recipe = {
         "train.model": "centernet_small", "train.epochs": 100, "train.batch_size": 16,

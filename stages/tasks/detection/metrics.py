@@ -93,6 +93,17 @@ def pr_curve(dets, gts, num_classes: int) -> dict:
     return curves
 
 
+def pr_rows(curves, classes) -> list[dict]:
+    """The PR curves as rows (class, recall, precision), for `dvc plots`: one line per class,
+    starting at recall 0 (precision 1), values rounded to 6 places so the file is stable."""
+    rows = []
+    for c, (recall, precision) in sorted(curves.items()):
+        points = [(0.0, 1.0), *zip(recall.tolist(), precision.tolist(), strict=True)]
+        rows += [{"class": str(classes[c]), "recall": f"{r:.6f}", "precision": f"{q:.6f}"}
+                 for r, q in points]
+    return rows
+
+
 def pr_png(curves, classes) -> bytes:
     import matplotlib
 
@@ -173,9 +184,11 @@ def evaluate(outputs, targets, paths, images, classes, p) -> tuple:
     shown = [(i, paths[i], gts[i], dets[i][dets[i][:, 4] >= p.score_threshold]) for i in worst]
     sample = [(i, paths[i], gts[i], dets[i][dets[i][:, 4] >= p.score_threshold])
               for i in range(min(len(gts), 12))]
+    curves = pr_curve(dets, gts, len(classes))
     files = {
         "per_class.json": json_bytes(per_class),
-        "pr_curve.png": pr_png(pr_curve(dets, gts, len(classes)), classes),
+        "pr_curve.png": pr_png(curves, classes),
+        "pr_curve.csv": csv_bytes(pr_rows(curves, classes), ["class", "recall", "precision"]),
         "bad_cases.csv": csv_bytes(rows, ["path", "kind", "class", "score", "box"]),
         "bad_cases.png": grid_png(images, shown, classes, "mistakes"),
         "predictions.png": grid_png(images, sample, classes, "test images"),

@@ -29,6 +29,7 @@ class OCR(Task):
         pad[..., 0] = 0.0
         return np.concatenate([outputs, pad], axis=1)
     headline_metric = "cer"
+    secondary_metrics = ("wer", "line_accuracy")
     # what a project on one's own data starts from (tools.init), and the built-in sample too.
     # near_dup_distance -1: a perceptual hash of a wide line says little of its text, so
     # different lines would be grouped as lookalikes

@@ -57,6 +57,16 @@ def char_errors(truth: str, pred: str):
     return wrong, pairs
 
 
+def cer_by_length(truths, line_cer) -> list[dict]:
+    """Mean CER of the test lines per transcript length (characters), shortest first: the
+    `dvc plots` curve of how errors grow with line length."""
+    by_length = {}
+    for t, c in zip(truths, line_cer, strict=True):
+        by_length.setdefault(len(t), []).append(c)
+    return [{"length": n, "cer": f"{sum(cs) / len(cs):.6f}", "lines": len(cs)}
+            for n, cs in sorted(by_length.items())]
+
+
 def evaluate(outputs, paths, images, meta, p):
     from stages.tasks.ocr.ctc import distance
     from stages.tasks.ocr.render import bad_cases_png
@@ -90,7 +100,9 @@ def evaluate(outputs, paths, images, meta, p):
              "bad_cases.csv": csv_bytes(bad, fields),
              "cer_distribution.csv": csv_bytes(hist, ["bin", "lines"]),
              "confusions.csv": csv_bytes(pairs, ["truth", "predicted", "count"]),
-             "per_class.json": json_bytes(metrics["per_class_accuracy"])}
+             "per_class.json": json_bytes(metrics["per_class_accuracy"]),
+             "cer_by_length.csv": csv_bytes(cer_by_length(truths, line_cer),
+                                            ["length", "cer", "lines"])}
     worst = [i for i in order[:p.bad_cases] if line_cer[i] > 0]
     if worst:
         files["bad_cases.png"] = bad_cases_png([images[i] for i in worst],

@@ -17,6 +17,7 @@ class Segmentation(Task):
     val_metric = "miou"  # per validation image, averaged over the images
     agreement_name = "pixel_agreement"  # share of images with >= 99.9% of argmax pixels equal
     headline_metric = "miou_foreground"
+    secondary_metrics = ("miou",)  # Dice follows IoU
     # what a project on one's own data starts from (tools.init), and the built-in sample too
     recipe = {
         "validate.min_side": 8,

@@ -127,7 +127,10 @@ def evaluate(logits, y, paths, images, classes, p) -> tuple:
              "per_image.csv": csv_bytes([{"path": q, "miou": f"{v:.6f}"} for q, v in
                                          zip(paths, per_image, strict=True)], ["path", "miou"]),
              "bad_cases.csv": csv_bytes(bad_rows, ["path", "miou"]),
-             "per_class_iou.png": per_class_png(classes, s["iou"], s["dice"])}
+             "per_class_iou.png": per_class_png(classes, s["iou"], s["dice"]),
+             "per_class_iou.csv": csv_bytes(  # for `dvc plots`: one bar per class
+                 [{"class": c, "iou": "" if v is None else f"{v:.6f}"}
+                  for c, v in zip(classes, s["iou"], strict=True)], ["class", "iou"])}
     if worst:
         files["bad_cases.png"] = grid_png([(np.asarray(images[i]) if images[i].shape[-1] == 3
                                             else np.repeat(images[i], 3, -1),
