@@ -130,6 +130,9 @@ SETUP = {
         'git -C "$PROJECT" init -q --bare --initial-branch="$(git -C "$PROJECT" branch '
         '--show-current)" "$README_TMP/team.git" && git -C "$PROJECT" push -q '
         '"$README_TMP/team.git" HEAD && (cd "$PROJECT" && dvc push -q); fi',
+    r"^python -m tools\.registry register":
+        # the prose: a version is a committed run (register refuses uncommitted changes)
+        'git add -A && { git diff --cached --quiet || git commit -qm "the run to register"; }',
     r"^git remote add team URL":
         # my-exp: the experiment made by the Experiments section (`dvc exp run -S train.lr=..`)
         'MY_EXP=$(dvc exp ls -A --name-only | grep -v "^$" | head -n 1) && '

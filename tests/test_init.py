@@ -163,3 +163,25 @@ def test_params_text_replaces_block_style_lists_whole():
     assert yaml.safe_load(out)["prepare"] == {"image_size": 16, "mean": "auto",
                                               "std": [0.25, 0.25], "channels": 1}
     assert "# a comment line" in out and "- 0.4" not in out
+
+
+def test_init_names_the_artifact_after_the_task_and_touches_nothing_else(project):
+    """dvc.yaml's `artifacts:` block follows the task (docs/registry.md); every other byte of
+    dvc.yaml stays, and back to classification the file is the committed one."""
+    committed = (project / "dvc.yaml").read_text()
+    assert yaml.safe_load(committed)["artifacts"] == {"classification": {
+        "type": "model", "path": "models/model.onnx", "labels": ["classification"],
+        "desc": "the classification model exported to ONNX by the export stage, for predict "
+                "and serve"}}
+    proc = init(project, "--task", "ocr")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dvc.yaml: artifact ocr (models/model.onnx" in proc.stdout
+    text = (project / "dvc.yaml").read_text()
+    art = yaml.safe_load(text)["artifacts"]
+    assert list(art) == ["ocr"] and art["ocr"]["labels"] == ["ocr"]
+    assert art["ocr"]["type"] == "model" and art["ocr"]["path"] == "models/model.onnx"
+    before, after = committed.split("artifacts:")[0], text.split("artifacts:")[0]
+    assert before == after and committed.split("\nstages:\n")[1] == text.split("\nstages:\n")[1]
+    proc = init(project, "--task", "classification", "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (project / "dvc.yaml").read_text() == committed

@@ -14,6 +14,10 @@ found, and rewrites params.yaml in place (comments kept, tools/params_text.py) w
 - every other key a recipe of some task sets, back at its default, so no knob of the previous
   task is left behind. Keys no recipe touches (workers, device, remotes...) stay as they are.
 
+It also rewrites dvc.yaml's `artifacts:` block (and nothing else in it): the deployable model,
+models/model.onnx, is named after the task (`ocr`, labels [ocr]), the name GTO's version tags
+and `dvc artifacts get` use (docs/registry.md).
+
 One printed line per choice, then what to revisit for this task. It refuses to overwrite
 uncommitted changes to params.yaml unless --force, and never writes under the data's folder.
 """
@@ -260,6 +264,32 @@ def write_params(values: dict) -> None:
     write_bytes(PARAMS, text.encode())
 
 
+def artifact_block(task_name: str) -> str:
+    """dvc.yaml's `artifacts:` block for a task: its model, named after it."""
+    return (f"artifacts:\n  {task_name}:\n    type: model\n    path: models/model.onnx\n"
+            f"    desc: the {task_name} model exported to ONNX by the export stage, for predict "
+            f"and serve\n    labels:\n      - {task_name}\n")
+
+
+def write_artifact(task_name: str) -> bool:
+    """Replace dvc.yaml's `artifacts:` block (up to the next top-level key) with the task's;
+    the rest of the file, comments included, is kept byte for byte. True when it changed."""
+    import re
+
+    from stages.lib.io import write_bytes
+
+    path = Path("dvc.yaml")
+    text = path.read_text()
+    block = re.compile(r"^artifacts:\n(?:[ #].*\n|\n)*?(?=^\S)", re.M)
+    if not block.search(text):
+        raise InitError("dvc.yaml has no `artifacts:` block followed by another top-level key: "
+                        "restore the committed dvc.yaml (git checkout dvc.yaml).")
+    new = block.sub(lambda _m: artifact_block(task_name), text, count=1)
+    if new != text:
+        write_bytes(path, new.encode())
+    return new != text
+
+
 def sample_choices(task) -> list:
     name = task.name
     return [("data.source", "data/sample", f"the built-in {name} sample: the sample stage "
@@ -320,6 +350,8 @@ def main(task_name, source, force):
     values, lines = plan(raw, [("task", task.name, f"stages/tasks/{task.name}/"), *choices])
     write_params(values)
     click.echo("params.yaml:\n" + "\n".join(lines))
+    if write_artifact(task.name):
+        click.echo(f"dvc.yaml: artifact {task.name} (models/model.onnx; docs/registry.md)")
     if source is not None:
         click.echo(f"revisit for {task.name} after the first run:")
         for key, why in task.revisit:

@@ -1,0 +1,20 @@
+"""The model registry's thin layer over GTO and DVC: `python -m tools.registry`.
+
+GTO keeps versions and stages as annotated git tags (`ocr@v1.2.0`, `ocr#prod#1`) of the
+artifacts dvc.yaml declares; `dvc artifacts get` fetches one artifact's bytes without a clone.
+This package adds only what they do not check or show (docs/registry.md):
+
+- register.py: refuse a commit whose dvc.lock, remote or working tree is not in order, then
+  register it with a tag message holding the run's facts (metrics, data and split hashes,
+  kernel profile, params that differ from the task's recipe);
+- show.py: every artifact's versions with stage, date, headline metric and data version;
+- fetch.py: one version's bytes, their md5 checked against the tagged commit's dvc.lock
+  (DVC does not re-hash what it downloads, whatever the remote's `verify` says).
+
+Nothing here imports torch; gto and dvc load only when a command runs.
+"""
+import click
+
+
+class RegistryError(click.ClickException):
+    """What the registry refuses, and the fix; click prints `Error: ...`, exit code 1."""

@@ -1,0 +1,144 @@
+"""`register NAME VERSION`: the refusals GTO does not make, and the facts of the tag message.
+
+A version must be reproducible from its commit alone: dvc.lock matches the outs (`dvc status`
+clean), every out is in the default remote (a new machine can fetch it), and the working tree
+is the commit (nothing uncommitted that the version would silently leave out). Every problem
+is collected and printed, one line each, naming the fix; then GTO writes the annotated tag.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tools.registry import RegistryError
+
+MODEL = "models/model.onnx"
+DATA = "data/manifest.csv"  # the data version: ingest's manifest (every file's sha256 and label)
+SPLIT = "data/split"
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True)
+
+
+def dvc(*args) -> subprocess.CompletedProcess:
+    return run(sys.executable, "-m", "dvc", *args)
+
+
+def declared(root: Path = Path(".")) -> dict:
+    """{name: declaration} of dvc.yaml's `artifacts:`."""
+    return (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("artifacts") or {}
+
+
+def lock_outs(text: str) -> dict:
+    """{out path: md5} of a dvc.lock's text."""
+    lock = yaml.safe_load(text) or {}
+    return {out["path"]: out.get("md5") for entry in (lock.get("stages") or {}).values()
+            for out in entry.get("outs", [])}
+
+
+def problems() -> list[str]:
+    """Each reason to refuse the working tree's commit, as one line with its fix."""
+    found = []
+    status = run("git", "--no-optional-locks", "status", "--porcelain")
+    if status.returncode != 0:
+        return ["not a git repository: run register from the project's root"]
+    if status.stdout.strip():
+        files = sorted({line[3:] for line in status.stdout.splitlines()})
+        found.append(f"uncommitted changes in {', '.join(files[:5])}"
+                     f"{' ...' if len(files) > 5 else ''}: commit them (git add -A && git "
+                     f"commit) or stash them (git stash -u), then register")
+    local = dvc("status", "--json")
+    changed = sorted(json.loads(local.stdout or "{}")) if local.returncode == 0 else None
+    if changed is None:
+        found.append(f"dvc status failed: {local.stderr.strip().splitlines()[-1:]}: fix the "
+                     f"pipeline until `dvc status` runs")
+    elif changed:
+        found.append(f"dvc.lock does not match the outs of {', '.join(changed)} (dvc status): "
+                     f"run `dvc repro` and commit dvc.lock, then register")
+    remote = dvc("config", "core.remote")
+    if remote.returncode != 0 or not remote.stdout.strip():
+        found.append("no default DVC remote, so no other machine can fetch this version: add "
+                     "one (dvc remote add -d NAME URL), commit .dvc/config and `dvc push`")
+    else:
+        cloud = dvc("status", "--cloud", "--json")
+        if cloud.returncode != 0:
+            found.append(f"the default remote '{remote.stdout.strip()}' cannot be read "
+                         f"(dvc status --cloud: {cloud.stderr.strip().splitlines()[-1:]}): "
+                         f"check its URL and credentials (docs/machines.md)")
+        else:
+            listed = sorted(p for p, s in json.loads(cloud.stdout or "{}").items()
+                            if s in ("new", "missing"))  # a folder's files are listed too
+            absent = [p for p in listed if not any(p.startswith(f"{d}/") for d in listed)]
+            if absent:
+                found.append(f"{len(absent)} outs are not in the default remote "
+                             f"'{remote.stdout.strip()}' ({', '.join(absent[:3])}"
+                             f"{' ...' if len(absent) > 3 else ''}): run `dvc push` first")
+    return found
+
+
+def recipe_diff(raw: dict) -> dict:
+    """{dotted key: value} of params.yaml that differ from the task's recipe: the defaults
+    (stages/lib/params.py) with the task's sample_params on the built-in sample, else its
+    recipe (tools/init.py sets the same)."""
+    from stages.tasks import get
+    from tools.init import defaults
+    from tools.params_text import flat
+
+    now = flat(raw)
+    task = get(now.get("task") or "classification")
+    own = now.get("data.source", "data/sample") != "data/sample"
+    expected = {**defaults(), **(task.recipe if own else task.sample_params)}
+    return {key: value for key, value in sorted(now.items())
+            if key not in ("task", "data.source") and expected.get(key, object()) != value}
+
+
+def facts(root: Path = Path(".")) -> dict:
+    """The message's facts from the working tree (the commit: register refuses otherwise)."""
+    from stages.tasks import get
+
+    raw = yaml.safe_load((root / "params.yaml").read_text()) or {}
+    task = get(raw.get("task") or "classification")
+    outs = lock_outs((root / "dvc.lock").read_text())
+    metrics = json.loads((root / "metrics/eval.json").read_text())
+    numbers = {k: round(v, 6) for k, v in metrics.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    head = task.headline_metric
+    train = raw.get("train") or {}
+    return {"headline": f"{head} {numbers[head]}" if head in numbers else "",
+            "metrics": numbers, "data": outs.get(DATA, "none"), "split": outs.get(SPLIT, "none"),
+            "kernels": f"{train.get('kernels', 'portable')}, "
+                       f"{train.get('threads', 2)} threads",
+            "params": recipe_diff(raw)}
+
+
+def register(name: str, version: str) -> str:
+    """Register HEAD as name@version (refusals first); the created tag's name."""
+    from gto.api import register as gto_register
+    from gto.exceptions import GTOException
+
+    from tools.registry.message import compose
+
+    if not Path("dvc.yaml").is_file():
+        raise RegistryError("dvc.yaml not found: run register from the project's root")
+    names = declared()
+    if name not in names:
+        raise RegistryError(f"{name} is not an artifact of dvc.yaml (artifacts: "
+                            f"{', '.join(sorted(names)) or 'none'}): register one of those, or "
+                            f"declare it (python -m tools.init --task T writes the task's)")
+    path = names[name].get("path", MODEL)
+    found = problems()
+    if not found and not lock_outs(Path("dvc.lock").read_text()).get(path):
+        found.append(f"dvc.lock records no {path} for {name}: run `dvc repro`, commit "
+                     f"dvc.lock and `dvc push`, then register")
+    if found:
+        raise RegistryError(f"refusing to register {name} {version}:\n"
+                            + "\n".join(f"  {line}" for line in found))
+    message = compose(name, version, facts())
+    try:
+        gto_register(".", name, ref="HEAD", version=version, message=message)
+    except GTOException as exc:
+        raise RegistryError(f"gto refused {name} {version}: {exc}") from None
+    return f"{name}@{version}"
