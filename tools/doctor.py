@@ -212,21 +212,6 @@ def s3_credentials(conf) -> str:
     return f"botocore ({creds.method})" if creds else ""
 
 
-def s3_client(conf, timeout: float):
-    """A boto3 S3 client for a DVC remote's config (endpoint, region, keys from the config or
-    the environment), failing fast."""
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3", endpoint_url=conf.get("endpointurl"),
-        region_name=conf.get("region") or "us-east-1",
-        aws_access_key_id=conf.get("access_key_id"),
-        aws_secret_access_key=conf.get("secret_access_key"),
-        config=Config(connect_timeout=timeout, read_timeout=timeout,
-                      retries={"max_attempts": 1, "mode": "standard"}))
-
-
 def s3_findings(name, conf, timeout) -> list[Finding]:
     from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
@@ -239,6 +224,8 @@ def s3_findings(name, conf, timeout) -> list[Finding]:
     source = s3_credentials(conf)
     if not source:
         return [Finding(FAIL, "remote", f"{where}: no S3 credentials found", creds_fix)]
+    from tools.doctor_objects import s3_client
+
     client = s3_client(conf, timeout)
     endpoint_fix = f"dvc remote modify {name} endpointurl http://HOST:PORT"
     try:

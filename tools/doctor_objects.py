@@ -61,7 +61,6 @@ class Remote:
         url = conf["url"]
         self.url = url.rstrip("/")
         if url.startswith("s3://"):
-            from tools.doctor import s3_client
 
             self.client = s3_client(conf, timeout)
             self.bucket, _, prefix = url[len("s3://"):].partition("/")
@@ -148,3 +147,18 @@ def check_objects(root, conf: dict, timeout: float = 5.0) -> dict[str, dict]:
         else:
             entry["corrupt"].append((md5, remote.location(md5), state))
     return problems
+
+
+def s3_client(conf, timeout: float):
+    """A boto3 S3 client for a DVC remote's config (endpoint, region, keys from the config or
+    the environment), failing fast."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=conf.get("endpointurl"),
+        region_name=conf.get("region") or "us-east-1",
+        aws_access_key_id=conf.get("access_key_id"),
+        aws_secret_access_key=conf.get("secret_access_key"),
+        config=Config(connect_timeout=timeout, read_timeout=timeout,
+                      retries={"max_attempts": 1, "mode": "standard"}))
