@@ -14,7 +14,6 @@ status with their slowest time, the Retry-After values, the requests left unansw
 """
 import argparse
 import io
-import sys
 import threading
 import time
 from collections import Counter
@@ -34,28 +33,9 @@ def worst_png(size: int = 7071, mode: str = "RGB") -> bytes:
 
 def start(model, port, extra=()):
     """A real server with --max-pixels 50,000,000 and `extra` options; (process, url)."""
-    import os
-    import subprocess
+    from bench.serve_load import start as start_server
 
-    import httpx
-
-    from bench.serve_memory import ROOT
-
-    cmd = [sys.executable, "-m", "tools.serve", "--model", str(model), "--port", str(port),
-           "--host", "127.0.0.1", "--max-pixels", "50000000", "--log-level", "warning", *extra]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"server did not start: {proc.stderr.read().decode()}")
-        time.sleep(0.2)
+    return start_server(model, port, extra, max_pixels=50_000_000)
 
 
 def burst(port, n: int, image: bytes, client_timeout: float) -> list[dict]:

@@ -134,12 +134,14 @@ def percentile(values, q) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else 0.0
 
 
-def start(model, port, limit, extra=()):
+def start(model, port, extra=(), max_pixels: int = 40_000_000):
+    """A real server on loopback with --max-pixels max_pixels and `extra` options, once it is
+    ready; (process, url)."""
     import httpx
 
     cmd = [sys.executable, "-m", "tools.serve", "--model", str(model), "--port", str(port),
-           "--host", "127.0.0.1", "--max-pixels", "40000000", "--log-level", "warning",
-           "--limit-concurrency", str(limit), *extra]
+           "--host", "127.0.0.1", "--max-pixels", str(max_pixels), "--log-level", "warning",
+           *extra]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
@@ -170,7 +172,7 @@ def run(model, limit: int = 64, quick: bool = False, extra=()) -> list[dict]:
             port, min(60, limit) // scale, 5, lambda i: ("small.png", small), True)),
     ]
     port = free_port()
-    proc, url = start(model, port, limit, extra)
+    proc, url = start(model, port, ["--limit-concurrency", str(limit), *extra])
     rows = []
     from collections import Counter
 

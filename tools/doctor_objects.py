@@ -25,6 +25,7 @@ def object_key(md5: str) -> str:
 
 
 def md5_of(stream) -> str:
+    """md5 (hex) of a binary stream (a file, an S3 body), read CHUNK bytes at a time."""
     digest = hashlib.md5()
     for chunk in iter(lambda: stream.read(CHUNK), b""):
         digest.update(chunk)

@@ -7,7 +7,6 @@ commit's dvc.lock records, downloads to a temp file beside the output, hashes it
 into place only when the hashes agree: a missing or corrupt object is an error naming the
 artifact, the version and the hash, and nothing is written.
 """
-import hashlib
 import os
 from pathlib import Path
 
@@ -15,11 +14,10 @@ from tools.registry import RegistryError
 
 
 def md5_of(path: Path) -> str:
-    digest = hashlib.md5()
+    from tools.doctor_objects import md5_of as stream_md5
+
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return stream_md5(f)
 
 
 def resolve(repo: str, name: str, version: str | None, stage: str | None) -> dict:
