@@ -3,6 +3,8 @@ the nnU-Net layout with its own split, the sample's bytes, masks resized by near
 augmentation moving image and mask together, and the metrics against hand-computed values."""
 import hashlib
 import json
+import struct
+import zlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -66,6 +68,8 @@ def test_gate_names_every_bad_mask_of_each_kind(tmp_path):
     write_image(src / "images/corrupt.png", (16, 16), "RGB", seed=25)
     (src / "masks/corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
     write_image(src / "stray.png", (16, 16), "RGB", seed=26)
+    write_image(src / "images/huge.png", (16, 16), "RGB", seed=27)
+    (src / "masks/huge.png").write_bytes(png_header(20_000, 20_000))
     before = {p: p.read_bytes() for p in src.rglob("*") if p.is_file()}
 
     root = project_with(tmp_path, src)
@@ -76,17 +80,20 @@ def test_gate_names_every_bad_mask_of_each_kind(tmp_path):
                 "orphan_mask": ["masks/orphan.png"], "mask_size": ["images/small.png"],
                 "mask_mode": ["images/rgbmask.png"], "mask_values": ["images/values.png"],
                 "mask_all_ignore": ["images/ignored.png"], "bad_mask": ["images/corrupt.png"],
-                "absent_class": ["star"]}
+                "mask_too_large": ["images/huge.png"], "absent_class": ["star"]}
     for check, keys in expected.items():
         for key in keys:
             assert f"[{check}] {key}:" in proc.stderr, (check, key, proc.stderr)
     assert "8x8 but the image is 16x16" in proc.stderr
     assert "value(s) 7 outside the classes 0, 1, 2, 3" in proc.stderr
+    assert ("mask masks/huge.png is 20000x20000 = 400000000 pixels, over "
+            "validate.max_pixels") in proc.stderr
+    assert "178956970" not in proc.stderr and "decompression bomb DOS" not in proc.stderr
     metrics = json.loads((root / "metrics/validation.json").read_text())
     counts = json.loads((root / "metrics/validation_checks.json").read_text())
     assert {c: counts[c] for c in expected} == {c: len(k) for c, k in
                                                           expected.items()}
-    assert metrics["invalid"] == 8
+    assert metrics["invalid"] == 9
     seg = metrics["segmentation"]
     assert seg["classes"] == ["background", "disc", "box", "star"]
     assert seg["image_share"] == {"background": 1.0, "disc": 1.0, "box": 1.0, "star": 0.0}
@@ -95,6 +102,37 @@ def test_gate_names_every_bad_mask_of_each_kind(tmp_path):
     assert seg["pixel_frequency"]["disc"] == pytest.approx(8 * 36 / labelled, abs=1e-6)
     after = {p: p.read_bytes() for p in src.rglob("*") if p.is_file()}
     assert after == before  # nothing modified
+
+
+def png_header(width, height):
+    """A PNG whose IHDR claims width x height 8-bit grey pixels, with one empty IDAT: a few
+    dozen bytes, nothing allocated; Pillow opens its header and fails only on load."""
+    def chunk(kind, body):
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b""))
+            + chunk(b"IEND", b""))
+
+
+def test_read_mask_refuses_by_validate_max_pixels_not_pillows_limit(tmp_path):
+    from stages.tasks.segmentation.annotations import read_mask
+
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(png_header(20_000, 20_000))  # 4e8 px: past Pillow's 178,956,970 too
+    facts = read_mask(huge, "masks/huge.png", max_pixels=10**9)  # our limit allows it:
+    assert facts["error_kind"] == "bad_mask"  # decoded, and found truncated (no pixels)
+    assert "178956970" not in facts["error"]
+    facts = read_mask(huge, "masks/huge.png", max_pixels=5_000_000)
+    assert facts["error_kind"] == "mask_too_large"
+    assert facts["error"].startswith("mask masks/huge.png is 20000x20000 = 400000000 pixels, "
+                                     "over validate.max_pixels (5000000)")
+    assert "raise validate.max_pixels in params.yaml" in facts["error"]
+    small = tmp_path / "small.png"
+    Image.fromarray(np.zeros((4, 5), np.uint8), "L").save(small)
+    facts = read_mask(small, "masks/small.png", max_pixels=20)  # at the limit: decoded
+    assert facts["size"] == "5x4" and facts["counts"] == {0: 20}
+    assert read_mask(small, "masks/small.png", max_pixels=19)["error_kind"] == "mask_too_large"
 
 
 def test_nnunet_layout_ingests_with_its_own_split(tmp_path):

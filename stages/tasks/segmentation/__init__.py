@@ -65,8 +65,13 @@ class Segmentation(Task):
 
         return sample_files(p.images)
 
+    max_pixels = annotations.MAX_PIXELS  # validate.max_pixels, set by configure
+
+    def configure(self, params):
+        self.max_pixels = params["validate"].max_pixels
+
     def read_annotations(self, source, listing):
-        return annotations.read_annotations(source, listing)
+        return annotations.read_annotations(source, listing, self.max_pixels)
 
     def layout(self, found):
         if "dataset.json" in found.skip:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError
+from stages.lib.modality.imagegate import MAX_PIXELS
 from stages.lib.userfiles import NOT_READ, check_inside, outside, read_yaml
 from stages.tasks.base import Annotations
 
@@ -117,10 +118,12 @@ def label_set_json(names: dict, ignore: int) -> str:
                       separators=(",", ":"))
 
 
-def read_mask(path: Path, name: str = "") -> dict:
+def read_mask(path: Path, name: str = "", max_pixels: int = MAX_PIXELS) -> dict:
     """{sha256, size "WxH", counts {value: pixels}} of a mask file, or {error_kind, error};
-    name: the mask as the messages name it (its path under data.source)."""
-    from PIL import Image
+    name: the mask as the messages name it (its path under data.source). A mask whose header
+    promises more than max_pixels (validate.max_pixels) is never decoded: mask_too_large, by
+    our limit and never Pillow's own 178,956,970-pixel one (open_header lifts it)."""
+    from stages.lib.modality.imagecore import open_header
 
     name = name or path.name
     try:
@@ -138,7 +141,14 @@ def read_mask(path: Path, name: str = "") -> dict:
     from stages.lib.modality.errors import decode_error
 
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with open_header(io.BytesIO(data)) as img:
+            width, height = img.size
+            if width * height > max_pixels:
+                return {**out, "error_kind": "mask_too_large",
+                        "error": f"mask {name} is {width}x{height} = {width * height} pixels, "
+                                 f"over validate.max_pixels ({max_pixels}); never decoded: "
+                                 f"raise validate.max_pixels in params.yaml if the mask is "
+                                 f"genuine, or downscale the image and its mask"}
             img.load()
             mode, size = img.mode, img.size
             if mode not in ("L", "P"):
@@ -195,7 +205,7 @@ def pair_masks(rels: list, layout: str) -> tuple[dict, set, dict]:
     return pairs, skip, errors
 
 
-def read_annotations(source: Path, listing: list) -> Annotations:
+def read_annotations(source: Path, listing: list, max_pixels: int = MAX_PIXELS) -> Annotations:
     names, ignore, layout = read_label_set(source)
     label_set = label_set_json(names, ignore)
     blank = dict.fromkeys((*FIELDS, "group", "timestamp", "split"), "")
@@ -223,7 +233,7 @@ def read_annotations(source: Path, listing: list) -> Annotations:
         if outside(source, source / mask):
             out.errors[rel] = ("symlink", f"its mask {mask} is {NOT_READ}")
             continue
-        facts = read_mask(source / mask, mask)
+        facts = read_mask(source / mask, mask, max_pixels)
         values["mask_sha256"] = facts.get("sha256", "")
         if "error" in facts:
             out.errors[rel] = (facts["error_kind"], facts["error"])

@@ -14,14 +14,16 @@ CHECKS = {
                           "folders)"),
     "orphan_mask": (BLOCKING, "a mask without an image"),
     "bad_mask": (BLOCKING, "a mask that cannot be read or decoded"),
+    "mask_too_large": (BLOCKING, "a mask with more pixels than validate.max_pixels (never "
+                                 "decoded)"),
     "mask_mode": (BLOCKING, "a mask that is not single-channel (L) or indexed (P)"),
     "mask_values": (BLOCKING, "mask values outside the declared classes and the ignore value"),
     "mask_all_ignore": (BLOCKING, "a mask that is all ignore value"),
     "mask_size": (BLOCKING, "mask size differs from the image size"),
     "absent_class": (DATASET, "a declared class that appears in no training mask"),
 }
-ANNOTATION_ERRORS = ("no_mask", "orphan_mask", "bad_mask", "mask_mode", "mask_values",
-                     "mask_all_ignore")
+ANNOTATION_ERRORS = ("no_mask", "orphan_mask", "bad_mask", "mask_too_large", "mask_mode",
+                     "mask_values", "mask_all_ignore")
 
 
 def label_set(row) -> tuple[dict, int]:
