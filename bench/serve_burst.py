@@ -38,9 +38,11 @@ def start(model, port, extra=()):
     return start_server(model, port, extra, max_pixels=50_000_000)
 
 
-def burst(port, n: int, image: bytes, client_timeout: float) -> list[dict]:
+def burst(port, n: int, image: bytes, client_timeout: float, answers=None) -> list[dict]:
     """n concurrent predicts of `image`, each on its own connection, started together: per
-    request {status (0: no answer within client_timeout), seconds, retry_after, detail}."""
+    request {status (0: no answer within client_timeout), seconds, retry_after, detail}.
+    answers: a list to which each request's result is appended as it arrives (for a caller
+    that watches the burst while it runs)."""
     import http.client
     import json
 
@@ -66,6 +68,8 @@ def burst(port, n: int, image: bytes, client_timeout: float) -> list[dict]:
         finally:
             conn.close()
         results[i]["seconds"] = time.perf_counter() - start
+        if answers is not None:
+            answers.append(results[i])
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:

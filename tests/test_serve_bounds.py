@@ -26,13 +26,38 @@ BOUND_S = PREDICT_TIMEOUT + 4.0
 def test_a_burst_of_worst_case_images_is_answered_within_the_bound(model):  # noqa: F811
     """32 concurrent 7071 x 7071 images (the largest under --max-pixels' 50,000,000), each a
     whole --max-decode-mb budget: every one is answered (200, or 503 with Retry-After) within
-    the bound, the decode queue refuses what it cannot do in time, and /health stays fast."""
-    from bench.serve_burst import run
-    from bench.serve_load import percentile
+    the bound, the decode queue refuses what it cannot do in time, and /health answers while
+    the decode worker is saturated. (How fast /health answers is a figure, not a test:
+    `python -m bench.serve_burst` prints its p50/p99 against the 100 ms target.)"""
+    import threading
 
-    result = run(model, clients=32, size=7071, mode="L", client_timeout=BOUND_S, extra=(
-        "--max-decode-mb", "64", "--predict-timeout", str(PREDICT_TIMEOUT)))
-    requests = result["requests"]
+    from bench.serve_burst import burst, start, worst_png
+    from bench.serve_memory import free_port
+
+    clients, port = 32, free_port()
+    proc, url = start(model, port, ("--max-decode-mb", "64", "--predict-timeout",
+                                    str(PREDICT_TIMEOUT)))
+    answers, requests, health = [], [], []
+    try:
+        worker = threading.Thread(target=lambda: requests.extend(
+            burst(port, clients, worst_png(7071, "L"), BOUND_S, answers)))
+        worker.start()
+        with httpx.Client(timeout=BOUND_S) as client:
+            while worker.is_alive():
+                # ordering, not wall-clock: was the queue seen full before this probe was
+                # sent, and was a predict still unanswered when its answer came back?
+                full = any("decode queue is full" in r["detail"] for r in list(answers))
+                code = client.get(url + "/health").status_code
+                health.append((code, full, len(answers) < clients))
+                time.sleep(0.02)
+        worker.join()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log = proc.stderr.read().decode("utf-8", "replace")
     unanswered = [r for r in requests if r["status"] == 0]
     assert not unanswered, unanswered  # the client gave up at BOUND_S: no answer in time
     assert {r["status"] for r in requests} <= {200, 503, 408}, requests
@@ -44,12 +69,11 @@ def test_a_burst_of_worst_case_images_is_answered_within_the_bound(model):  # no
         assert r["retry_after"] and 1 <= int(r["retry_after"]) <= 60, r
         assert "decode queue is full" in r["detail"] or "--predict-timeout" in r["detail"], r
     assert any("decode queue is full" in r["detail"] for r in busy), busy  # refused at once
-    health = result["health"]
-    assert health and all(code == 200 for code, _ in health), health
-    # the event loop never waits on a decode: /health's 95th percentile under the 100 ms
-    # target (a few probes may lose the cores to other processes on a shared machine)
-    assert percentile([ms for _, ms in health], 0.95) < 100, sorted(ms for _, ms in health)
-    assert "Traceback" not in result["log"], result["log"]
+    assert health and all(code == 200 for code, _, _ in health), health
+    # the event loop never waits on a decode: /health was answered after the queue had
+    # refused work as full and while admitted predicts were still being decoded
+    assert any(full and pending for _, full, pending in health), health
+    assert "Traceback" not in log, log
 
 
 def answer_to(port, data: bytes, wait: float = 5.0) -> tuple[bytes, float]:
