@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,9 @@ def test_exp_show_has_the_compared_figures_and_fits_120_columns(task_project, tm
 def test_every_task_declares_its_curves(task_project, tmp_path):
     task, project = task_project
     p = copy_run(project, tmp_path / "p")
+    # the run itself wrote the page template (the report stage's out): no extra step
+    run_dvc(p, "plots", "show", "-o", str(tmp_path / "html"))
+    assert not re.search(r"<script[^>]+src=", (tmp_path / "html/index.html").read_text())
     data = json.loads(run_dvc(p, "plots", "show", "--json", "-o", str(tmp_path / "out")))["data"]
     drawn = {name for name, entries in data.items()
              if entries and entries[0]["type"] == "vega" and entries[0]["content"]["data"]
@@ -76,9 +80,47 @@ def test_every_task_declares_its_curves(task_project, tmp_path):
         assert plot in drawn, (plot, sorted(data))
 
 
+def test_a_fresh_clone_gets_the_offline_page_with_no_manual_step(tmp_path):
+    """The template .dvc/config names is the report stage's out (so `dvc repro` and `dvc pull`
+    bring it); before any run, doctor names it missing with the fix and init writes it, and
+    `dvc plots show` then writes a page that loads no script from a URL."""
+    import yaml
+
+    from tools.plots_template import template_path
+
+    repo = copy_project(ROOT, tmp_path / "p")
+    target = template_path(repo)
+    assert target == repo.resolve() / "reports/plots_page.html" and not target.exists()
+    report = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["report"]
+    assert "reports/plots_page.html" in report["outs"]
+    doctor = subprocess.run([sys.executable, "-m", "tools.doctor"], cwd=repo,
+                            capture_output=True, text=True).stdout
+    assert "reports/plots_page.html (.dvc/config's plots.html_template) is missing" in doctor
+    assert "fix: python -m tools.plots_template" in doctor
+    before = run_dvc_fails(repo)
+    assert "HTML template has to contain" in before  # what a user met before
+    proc = subprocess.run([sys.executable, "-m", "tools.init", "--task", "classification"],
+                          cwd=repo, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plots: reports/plots_page.html" in proc.stdout and target.is_file()
+    run_dvc(repo, "plots", "show", "-o", str(tmp_path / "out"))
+    html = (tmp_path / "out/index.html").read_text()
+    assert not re.search(r"<script[^>]+src=", html) and "cdn.jsdelivr" not in html
+    assert "window.vegaEmbed" in html
+
+
+def run_dvc_fails(root) -> str:
+    """`dvc plots show` in root when the template file is missing: its error output."""
+    proc = subprocess.run([sys.executable, "-m", "dvc", "plots", "show", "-o",
+                           str(Path(root) / ".." / "missing")], cwd=root, capture_output=True,
+                          text=True)
+    assert proc.returncode != 0
+    return proc.stdout + proc.stderr
+
+
 def test_template_tool_writes_the_configured_page_from_the_package(tmp_path):
     repo = copy_project(ROOT, tmp_path / "p")
-    target = repo / ".dvc/offline_plots.html"
+    target = repo / "reports/plots_page.html"
     assert not target.exists()  # generated, never committed
     proc = subprocess.run([sys.executable, "-m", "tools.plots_template"], cwd=repo,
                           capture_output=True, text=True)
@@ -98,7 +140,7 @@ def test_template_tool_writes_the_configured_page_from_the_package(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tools.plots_template"], cwd=repo,
                           capture_output=True, text=True)
     assert proc.returncode == 1
-    assert "dvc config plots.html_template offline_plots.html" in proc.stderr
+    assert "dvc config plots.html_template ../reports/plots_page.html" in proc.stderr
 
 
 SETTLE = """new Promise(done => {
@@ -133,7 +175,6 @@ def test_plots_diff_draws_both_runs_offline_in_chromium(detection_project, tmp_p
             pytest.fail("chromium is not installed; .ci/run installs it (apt-get install chromium)")
         pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
     p = copy_run(detection_project, tmp_path / "p")
-    subprocess.run([sys.executable, "-m", "tools.plots_template"], cwd=p, check=True)
     dvc(p, "exp", "run", "-S", "train.lr=0.005", "evaluate")  # the workspace: another run
     out = tmp_path / "diff"
     run_dvc(p, "plots", "diff", "HEAD", "workspace", "-o", str(out))

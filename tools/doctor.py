@@ -406,6 +406,13 @@ def corrupt_findings(name, conf, problems: dict) -> list[Finding]:
     return findings
 
 
+def plots_findings(root) -> list[Finding]:
+    """The offline page template of `dvc plots` (tools/plots_template.py)."""
+    from tools.plots_template import findings
+
+    return [Finding(level, "plots", message, fix) for level, message, fix in findings(root)]
+
+
 def lock_outs(root) -> list[str]:
     """Every out path in dvc.lock, longest first (so the closest one names a file)."""
     import yaml
@@ -443,7 +450,8 @@ def main(lock_path, remote, timeout):
     checks = [python_findings, lambda: lock_findings(lock_path), torch_findings,
               lambda: kernel_findings(root),
               lambda: disk_findings(root), lambda: remote_findings(root, remote, timeout),
-              lambda: git_findings(root), lambda: source_findings(root),
+              lambda: git_findings(root), lambda: plots_findings(root),
+              lambda: source_findings(root),
               lambda: dvc_status_findings(root), lambda: remote_sync_findings(root, remote)]
     findings = []
     for check in checks:

@@ -352,6 +352,12 @@ def main(task_name, source, force):
     click.echo("params.yaml:\n" + "\n".join(lines))
     if write_artifact(task.name):
         click.echo(f"dvc.yaml: artifact {task.name} (models/model.onnx; docs/registry.md)")
+    from tools.plots_template import ensure, shown
+
+    written = ensure()
+    if written:
+        click.echo(f"plots: {shown(written)} (dvc plots' offline "
+                   f"page template; the report stage rewrites it)")
     if source is not None:
         click.echo(f"revisit for {task.name} after the first run:")
         for key, why in task.revisit:

@@ -2,44 +2,19 @@
 `python -m tools.plots_template`.
 
 DVC's own page loads vega, vega-lite and vega-embed from a CDN, so offline every curve is blank.
-The project's `.dvc/config` sets `plots.html_template = offline_plots.html` (DVC reads it
-relative to `.dvc/`); this tool writes that file with the three libraries inlined, taken from
-the installed, pinned `vl-convert-python` package (`vl_convert.javascript_bundle()`: Vega 6,
-Vega-Lite 5.21 and vega-embed, ~0.9 MB), so the scripts are never copied into the repository.
-The file is not tracked (`.dvc/.gitignore`): a fresh clone writes it with this command
-(`tools.init` does it too, and `tools.doctor` says when it is missing or stale).
-
-The same package version gives the same bytes, so running it again changes nothing.
+The project's `.dvc/config` sets `plots.html_template = ../reports/plots_page.html` (DVC reads
+it relative to `.dvc/`): the report stage's out, so `dvc repro` or `dvc pull` in a fresh clone
+brings it with no extra step (stages/report/plotpage.py builds it from the pinned
+vl-convert-python). This tool writes the configured file without a run (`tools.init` does it
+when it is missing, and `tools.doctor` says when it is missing or stale).
 """
 from pathlib import Path
 
 import click
 
-CONFIG_NAME = "offline_plots.html"  # the value of plots.html_template in .dvc/config
-VEGA_LITE = "5.21"  # DVC's templates are Vega-Lite v5 specs
-PLACEHOLDERS = ("{plot_divs}", "{scripts}", "{refresh_tag}")
-PAGE = """<!DOCTYPE html>
-<html>
-<head>
-    <meta charset="utf-8">
-    {refresh_tag}
-    <title>DVC Plot</title>
-    <!-- written by `python -m tools.plots_template` from vl-convert-python VERSION:
-         vega, vega-lite VEGALITE and vega-embed inlined, so the page needs no network -->
-    <script>
-BUNDLE
-    </script>
-    <style>
-        table {
-            border-spacing: 15px;
-        }
-    </style>
-</head>
-<body>
-    {plot_divs}
-</body>
-</html>
-"""
+from stages.report.plotpage import page
+
+CONFIG_NAME = "../reports/plots_page.html"  # plots.html_template in .dvc/config
 
 
 def template_path(root=".") -> Path | None:
@@ -52,23 +27,7 @@ def template_path(root=".") -> Path | None:
         "plots", {}).get("html_template")
     if not value:
         return None
-    return Path(value) if Path(value).is_absolute() else dvc_dir / value
-
-
-def page() -> str:
-    """The template's text: DVC's page with the three libraries inlined."""
-    from importlib.metadata import version
-
-    import vl_convert
-
-    bundle = vl_convert.javascript_bundle(vl_version=VEGA_LITE)
-    for mark in PLACEHOLDERS:  # DVC fills these by plain text replacement
-        if mark in bundle:
-            raise click.ClickException(f"vl-convert-python's bundle contains {mark}: DVC "
-                                       f"would fill it; pin another version in requirements.lock")
-    bundle = bundle.replace("</script", "<\\/script")  # cannot end the <script> element early
-    return (PAGE.replace("VERSION", version("vl-convert-python"))
-            .replace("VEGALITE", VEGA_LITE).replace("BUNDLE", bundle))
+    return Path(value) if Path(value).is_absolute() else (dvc_dir / value).resolve()
 
 
 def write(path: Path) -> bool:
@@ -96,6 +55,42 @@ def status(root=".") -> tuple[Path | None, str]:
     return path, "ok" if path.read_bytes() == page().encode() else "stale"
 
 
+def shown(path: Path, root=".") -> str:
+    """path relative to the project root when it is inside it."""
+    try:
+        return path.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def ensure(root=".") -> Path | None:
+    """Write the configured template when it is missing (tools.init); the path written, or
+    None (no setting, or the file is there)."""
+    path = template_path(root)
+    if path is None or path.is_file():
+        return None
+    write(path)
+    return path
+
+
+def findings(root=".") -> list[tuple[str, str, str]]:
+    """tools.doctor's lines: [(level, message, fix)] for the page template."""
+    path, state = status(root)
+    fix = "python -m tools.plots_template  (or dvc repro / dvc pull: the report stage's out)"
+    if state == "unset":
+        return [("WARN", "no plots.html_template in .dvc/config: `dvc plots show` loads vega "
+                         "from a CDN and draws nothing offline",
+                 f"dvc config plots.html_template {CONFIG_NAME} && {fix.split('  ')[0]}")]
+    if state == "missing":
+        return [("WARN", f"{shown(path, root)} (.dvc/config's "
+                         f"plots.html_template) is missing: `dvc plots show` fails with \"HTML "
+                         f"template has to contain '{{plot_divs}}'\"", fix)]
+    if state == "stale":
+        return [("WARN", f"{path.name} (plots.html_template) was written by another "
+                         f"vl-convert-python than the installed one", fix)]
+    return [("OK", f"plots.html_template {path.name}: vega inlined, draws offline", "")]
+
+
 @click.command()
 def main():
     """Write the page template that `dvc plots show` / `dvc plots diff` use (the file named by
@@ -107,7 +102,7 @@ def main():
             f"no plots.html_template in .dvc/config: set it first with "
             f"`dvc config plots.html_template {CONFIG_NAME}` (run from the project root)")
     changed = write(path)
-    click.echo(f"plots template: {path} ({path.stat().st_size / 1024:,.0f} KiB)"
+    click.echo(f"plots template: {shown(path)} ({path.stat().st_size / 1024:,.0f} KiB)"
                + ("" if changed else ", already up to date"))
 
 

@@ -24,7 +24,8 @@ def main(params_path, with_experiments, out_path):
     Reads the run's outs (data/manifest.csv, data/quarantine.csv, metrics/*.json,
     plots/train/plots/metrics/**.tsv, plots/eval/ (the task's evaluation files),
     models/model.onnx), every section of the params file and requirements.lock. Also writes
-    metrics/summary.json, the run's one DVC metric (not with --experiments).
+    metrics/summary.json, the run's one DVC metric, and reports/plots_page.html, the offline
+    page template of `dvc plots show` (not with --experiments).
     """
     from stages.report.facts import dvc_exp_show, gather
     from stages.report.page import render
@@ -54,6 +55,10 @@ def main(params_path, with_experiments, out_path):
 
         write_bytes(SUMMARY, json_bytes(summary(task)))
         click.echo(f"report: {SUMMARY}")
+        from stages.report.plotpage import OUT as PLOTS_PAGE, page as plots_page
+
+        write_bytes(Path(PLOTS_PAGE), plots_page().encode())  # plots.html_template's page
+        click.echo(f"report: {PLOTS_PAGE} (the offline page of `dvc plots show`)")
 
 
 if __name__ == "__main__":
