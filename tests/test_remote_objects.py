@@ -119,6 +119,53 @@ def test_directory_remote_missing_and_corrupt_objects_are_told_apart(tmp_path):
     assert levels(remote_sync_findings(repo)) == [OK]
 
 
+def test_with_verify_a_corrupt_folder_listing_pulls_wrong_files_with_exit_0(tmp_path):
+    """The case behind "one out came down corrupt with exit 0 although verify = true": a
+    flipped byte in a folder's listing (the remote's .dir object) that still parses, here a
+    file's name (1.bin -> 3.bin). DVC checks each file object's bytes on pull but never the
+    listing's own md5, so `dvc pull` exits 0 with a wrong tree; a flipped byte in a file object
+    fails the pull instead. doctor calls both corrupt, naming the object (not "missing")."""
+    repo, store = project(tmp_path / "repo"), tmp_path / "store"
+    store.mkdir()
+    dvc(repo, "remote", "add", "-d", "shared", str(store))
+    dvc(repo, "remote", "modify", "shared", "verify", "true")
+    commit(repo)
+    dvc(repo, "push")
+    [listing] = store.glob("files/md5/*/*.dir")
+    data = listing.read_bytes()
+    at = data.index(b'"1.bin"') + 1
+    os.chmod(listing, 0o644)
+    listing.write_bytes(data[:at] + bytes([data[at] ^ 2]) + data[at + 1:])  # "3.bin"
+    [finding] = remote_sync_findings(repo)
+    assert finding.level == FAIL and finding.message.startswith(
+        "data/folder: the remote's copy is corrupt: ")
+    assert f"{listing} has md5 {md5(listing.read_bytes())}" in finding.message
+    assert "exits 0 and installs the files the bad listing names" in finding.message
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    pull = subprocess.run([sys.executable, "-m", "dvc", "pull"], cwd=clone,
+                          capture_output=True, text=True)
+    assert pull.returncode == 0, pull.stdout + pull.stderr  # DVC's behaviour, established
+    assert sorted(p.name for p in (clone / "data/folder").iterdir()) == \
+        ["0.bin", "2.bin", "3.bin"]
+    assert (clone / "models/model.pt").read_bytes() == (repo / "models/model.pt").read_bytes()
+    [finding] = remote_sync_findings(clone)  # from the clone too: corrupt, not missing
+    assert finding.level == FAIL and "data/folder: the remote's copy is corrupt" in \
+        finding.message
+
+    # a flipped byte in a file object, by contrast, fails the pull (verify = true)
+    flip(store / key(MODEL_MD5))
+    assert "models/model.pt: the remote's copy is corrupt" in " ".join(
+        f.message for f in remote_sync_findings(repo))
+    other = tmp_path / "clone2"
+    git(tmp_path, "clone", "-q", str(repo), str(other))
+    pull = subprocess.run([sys.executable, "-m", "dvc", "pull", "models/model.pt"], cwd=other,
+                          capture_output=True, text=True)
+    assert pull.returncode != 0 and "Checkout failed" in pull.stderr
+    assert not (other / "models/model.pt").exists()
+
+
 @pytest.fixture
 def s3(monkeypatch):
     import boto3

@@ -397,10 +397,15 @@ def corrupt_findings(name, conf, problems: dict) -> list[Finding]:
             else ""
         delete = (f"first delete the bad object ({'aws s3 rm' if s3 else 'rm -f'} {where}: "
                   f"`dvc push` skips an object that exists), then ")
+        if md5.endswith(".dir"):  # DVC never checks a folder's listing against its name
+            effect = ("`dvc pull` of it exits 0 and installs the files the bad listing names, "
+                      "verify = true or not")
+        else:
+            effect = ("`dvc pull` of it fails (\"Checkout failed\")"
+                      + ("" if conf.get("verify") else " or installs the bad bytes"))
         findings.append(Finding(
             FAIL, "remote sync", f"{out}: the remote's copy is corrupt: {where} has md5 "
-            f"{found}, dvc.lock names {md5.removesuffix('.dir')}{more}; `dvc pull` of it fails "
-            f"(\"Checkout failed\"){'' if conf.get('verify') else ' or installs the bad bytes'}",
+            f"{found}, dvc.lock names {md5.removesuffix('.dir')}{more}; {effect}",
             f"{delete}dvc push -r {name} from a machine that has the good copy, or rebuild it "
             f"(dvc repro) and dvc push -r {name}"))
     return findings
