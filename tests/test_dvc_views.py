@@ -45,6 +45,8 @@ def run_dvc(root, *args, env=None):
 
 @pytest.mark.e2e
 def test_exp_show_has_the_compared_figures_and_fits_120_columns(task_project, tmp_path):
+    import pandas as pd
+
     task, project = task_project
     p = copy_run(project, tmp_path / "p")
     shown = json.loads(run_dvc(p, "metrics", "show", "--json"))
@@ -56,6 +58,11 @@ def test_exp_show_has_the_compared_figures_and_fits_120_columns(task_project, tm
     for counts in ("metrics/validation.json", "metrics/split.json", "metrics/eval.json"):
         assert (p / counts).is_file() and counts in run_dvc(p, "metrics", "show", counts)
 
+    # why the --drop (docs/experiments.md): a column per param leaf and per dependency
+    full = json.loads(run_dvc(p, "exp", "show", "--json"))[0]["data"]
+    leaves = sum(len(pd.json_normalize(v["data"]).columns) for v in full["params"].values())
+    assert leaves + len(full["deps"]) > 100, (leaves, len(full["deps"]))
+    assert "…" in run_dvc(p, "exp", "show", "--no-pager", env={"COLUMNS": "120"})
     table = run_dvc(p, *EXP_SHOW, env={"COLUMNS": "120"})
     lines = [line.rstrip() for line in table.splitlines() if line.strip()]
     assert max(map(len, lines)) <= 120, table
