@@ -60,10 +60,20 @@ def assign(repo: Path, name: str, version: str, stage: str = "prod") -> None:
     gto_assign(str(repo), name, stage, version=version)
 
 
-def build(base: Path) -> SimpleNamespace:
+def build(base: Path, onnx: Path | None = None) -> SimpleNamespace:
     """base/repo (the working repository: detector v0.1.0 and ocr v0.1.0 at prod, ocr v0.2.0
-    registered), base/store (its DVC remote) and base/origin.git (a bare copy, tags pushed)."""
+    registered), base/store (its DVC remote) and base/origin.git (a bare copy, tags pushed).
+    onnx: an exported model every version is a copy of, instead of the fake graphs (then
+    LABELS does not apply; bench/serve_models.py)."""
+    import shutil
+
     from tools.project import dvc, git
+
+    def write(path: Path, label: str) -> None:
+        if onnx is None:
+            return write_onnx(path, label)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(onnx, path)
 
     repo, store = base / "repo", base / "store"
     repo.mkdir(parents=True)
@@ -79,15 +89,15 @@ def build(base: Path) -> SimpleNamespace:
             f"  {n}:\n    path: models/{n}.onnx\n    type: model\n    labels: [classification]\n"
             for n in ("detector", "ocr")))
     (repo / "models").mkdir()
-    write_onnx(repo / "src/detector.onnx", LABELS[("detector", "v0.1.0")])
-    write_onnx(repo / "src/ocr.onnx", LABELS[("ocr", "v0.1.0")])
+    write(repo / "src/detector.onnx", LABELS[("detector", "v0.1.0")])
+    write(repo / "src/ocr.onnx", LABELS[("ocr", "v0.1.0")])
     commits = {}
     for version in ("v0.1.0", "v0.2.0"):
         if version == "v0.2.0":
-            write_onnx(repo / "src/ocr.onnx", LABELS[("ocr", "v0.2.0")])
+            write(repo / "src/ocr.onnx", LABELS[("ocr", "v0.2.0")])
         dvc(repo, "repro", "-q")
         git(repo, "add", "-A")
-        git(repo, "commit", "-qm", f"models {version}")
+        git(repo, "commit", "-qm", f"models {version}", "--allow-empty")
         dvc(repo, "push", "-q")
         for name in ("detector", "ocr") if version == "v0.1.0" else ("ocr",):
             register(repo, name, version)
