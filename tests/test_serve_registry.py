@@ -46,7 +46,7 @@ def png(tmp_path_factory) -> bytes:
 
 
 @contextlib.contextmanager
-def serve(repo: Path, *models):
+def serve(repo: Path, *models, env=None):
     """A real server of models (registered names) from repo's registry: (url, process)."""
     port = free_port()
     log = repo.parent / "serve.log"
@@ -56,7 +56,7 @@ def serve(repo: Path, *models):
              "--log-level", "warning", *(a for m in models for a in ("--model", m))],
             cwd=repo.parent, stdout=f, stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONPATH": str(ROOT), "DVC_NO_ANALYTICS": "1",
-                 "IMAGE_PIPELINE_MODEL_CACHE": str(repo.parent / "cache")})
+                 "IMAGE_PIPELINE_MODEL_CACHE": str(repo.parent / "cache"), **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, log)
@@ -127,15 +127,19 @@ def test_prod_moves_under_16_clients_and_no_request_fails(repo, png):
                 if r.status_code != 200:
                     failures.append(f"{name}: {r.status_code} {r.text}")
                     continue
-                answers.append((started, name, r.json()))
+                answers.append((started, time.monotonic(), name, r.json()))
 
-    with serve(repo, "detector#prod", "ocr#prod") as (url, _):
+    # each request holds its model for 0.2 s (a test hook): requests are in flight on the old
+    # model while it is swapped out
+    with serve(repo, "detector#prod", "ocr#prod",
+               env={"PIPELINE_TEST_SERVE_DELAY_S": "0.2"}) as (url, _):
         threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(CLIENTS)]
         for t in threads:
             t.start()
         try:
             wait_for(lambda: len(answers) >= 100)
             assign(repo, "ocr", "v0.2.0")
+            sent = time.monotonic()
             outcome = httpx.post(f"{url}/admin/reload", timeout=60)
             reloaded_at.append(time.monotonic())
             before = len(answers)
@@ -148,13 +152,15 @@ def test_prod_moves_under_16_clients_and_no_request_fails(repo, png):
     assert outcome.status_code == 200, outcome.text
     assert outcome.json() == {"reloaded": {"ocr": {"from": "v0.1.0", "to": "v0.2.0"}},
                               "unchanged": ["detector"]}
-    served = [(started, name, served_by(a)) for started, name, a in answers]
-    assert all(name == key[0] for _, name, key in served)
-    assert {key for _, name, key in served if name == "detector"} == {("detector", "v0.1.0")}
-    after = [key for started, name, key in served if name == "ocr" and started > reloaded_at[0]]
-    before = [key for started, name, key in served if name == "ocr" and started <= reloaded_at[0]]
-    assert after and set(after) == {("ocr", "v0.2.0")}
-    assert ("ocr", "v0.1.0") in before
+    served = [(started, ended, name, served_by(a)) for started, ended, name, a in answers]
+    assert all(name == key[0] for _, _, name, key in served)
+    assert {key for _, _, name, key in served if name == "detector"} == {("detector", "v0.1.0")}
+    ocr = [(started, ended, key[1]) for started, ended, name, key in served if name == "ocr"]
+    assert {v for started, _, v in ocr if started > reloaded_at[0]} == {"v0.2.0"}
+    assert {v for _, ended, v in ocr if ended < sent} == {"v0.1.0"}
+    # in flight at the swap: sent before the reload answered, answered after it, by the old
+    # model (and none failed)
+    assert any(started < reloaded_at[0] < ended and v == "v0.1.0" for started, ended, v in ocr)
 
 
 def wait_for(condition, timeout: float = 120) -> None:
@@ -205,3 +211,8 @@ def test_reload_is_for_loopback_clients_only(registry, tmp_path):
         refused = client.post("/admin/reload")
         assert refused.status_code == 403 and "loopback" in refused.json()["detail"]
         assert client.get("/models").json()["models"][0]["name"] == "default"
+    from tools.serve.models import loopback
+
+    assert [loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1")] == \
+        [True] * 4
+    assert not any(loopback(h) for h in ("10.0.0.1", "::ffff:10.0.0.1", "testclient", None, ""))

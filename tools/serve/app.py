@@ -27,7 +27,8 @@ from stages.lib.params import MAX_PIXELS
 from tools.serve.batching import Busy, DecodeBudget, ModelFailed
 from tools.serve.docs import add_offline_docs
 from tools.serve.guard import FastPath, nice_thread
-from tools.serve.models import LOOPBACK, ReloadFailed, Served, name_of, ready_body, reload, start
+from tools.serve.models import (ReloadFailed, Served, loopback, name_of, ready_body, reload,
+                                 start)
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_DECODE_MB = 256
@@ -179,7 +180,7 @@ def add_admin(app) -> None:
     @app.post("/admin/reload", summary="Swap in the versions the registered models' "
                                        "references name now (loopback clients only)")
     async def admin_reload(request: Request) -> dict:
-        if not request.client or request.client.host not in LOOPBACK:
+        if not request.client or not loopback(request.client.host):
             raise HTTPException(403, detail="POST /admin/reload is for loopback clients "
                                             "only: run it on the server's machine")
         try:
@@ -299,7 +300,10 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
 
     from stages.lib.modality.errors import BadInput
 
+    from stages.lib import hooks
+
     log = logging.getLogger("uvicorn.error")
+    delay = float(hooks.value("SERVE_DELAY_S") or 0)
     PredictResponse, Error, AnyPredictResponse = responses
     errors = {413: {"model": Error, "description": "body over the byte limit"},
               415: {"model": Error, "description": "no file is an image"},
@@ -332,6 +336,8 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
         served.in_flight += 1
         try:
             async with asyncio.timeout(predict_timeout):
+                if delay:  # a test hook: hold the model across a reload
+                    await asyncio.sleep(delay)
                 return await answer(files, served)
         except Busy as exc:
             raise HTTPException(503, detail=exc.detail,

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from tools.serve.batching import MicroBatcher
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 ANSWERED = ("artifact", "version", "stage", "commit", "data_version")  # of a registered model
 
 
@@ -56,6 +55,19 @@ class Loader:
         model.registry = facts
         apply_decode_options(model, self.score_threshold, self.beam)
         return model
+
+
+def loopback(host: str | None) -> bool:
+    """Whether a client's address is this machine's loopback (127.0.0.0/8, ::1, and IPv4
+    loopback mapped into IPv6)."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host or "")
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 def name_of(model, default: str) -> str:
