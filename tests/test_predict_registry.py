@@ -15,6 +15,8 @@ from tests.conftest import ROOT, write_image
 from tests.fake_registry import LABELS, build, object_path
 from tools.project import git
 
+pytestmark = pytest.mark.e2e  # git, dvc repro and dvc push of a tiny registry
+
 FIELDS = ("artifact", "artifact_version", "stage", "commit", "data_version")
 
 

@@ -24,6 +24,8 @@ from tests.conftest import ROOT, wait_ready, write_image
 from tests.fake_registry import LABELS, assign, build
 from tests.test_serve import free_port
 
+pytestmark = pytest.mark.e2e  # git, dvc repro and dvc push of a tiny registry
+
 CLIENTS = 16
 
 

@@ -2,7 +2,7 @@
 
 `dvc artifacts get` writes whatever the remote returns: DVC does not re-hash a download (the
 remote's `verify` option covers `dvc pull`/`fetch` into a cache, not `artifacts get`; tested in
-tests/test_registry_get.py). So this resolves the version with dvc.api, reads the md5 the tagged
+tests/test_registry.py). So this resolves the version with dvc.api, reads the md5 the tagged
 commit's dvc.lock records, downloads to a temp file beside the output, hashes it and renames it
 into place only when the hashes agree: a missing or corrupt object is an error naming the
 artifact, the version and the hash, and nothing is written.

@@ -88,8 +88,13 @@ def resolve(ref: Ref, registry: str | None) -> dict:
     if not rows:
         raise RegistryError(f"artifact {ref}: commit {rev[:8]} has no registered version in "
                             f"{registry}: register one (python -m tools.registry register)")
+    def active(v) -> list:
+        return sorted(s["stage"] for s in v.get("stages", []) if s.get("is_active"))
+
+    if ref.stage:  # two versions of one commit: the one in the stage
+        rows = [v for v in rows if ref.stage in active(v)] or rows
     row = rows[0] if ref.version else max(rows, key=lambda v: semver(v["version"]))
-    stages = sorted(s["stage"] for s in row.get("stages", []) if s.get("is_active"))
+    stages = active(row)
     facts = parse_message(row["registrations"][-1].get("message", ""))
     fs = DVCFileSystem(registry, rev=rev)
     md5 = lock_md5(fs, ref.name, rev, path, f"artifact {ref}")
