@@ -59,6 +59,9 @@ SKIP = {
     r"^python -m tools\.serve":
         "a server that runs until stopped; tests/test_serve.py and test_firsthour_serve.py "
         "start it and query it",
+    r"^curl ":
+        "asks the server the skipped `python -m tools.serve` starts; "
+        "tests/test_serve_registry.py sends the same requests to a real server",
     r"^python -c \"from tools\.project import copy_project":
         "builds a full-size project of another task under /tmp (minutes to an hour of "
         "training); tests/test_detection_e2e.py, test_segmentation_e2e.py and test_ocr_e2e.py "

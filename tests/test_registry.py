@@ -307,3 +307,8 @@ def test_the_registry_page_runs_as_printed(trained_project, tmp_path):
     want = lock_md5(project, "HEAD")
     for name in ("model.onnx", "model-v1.0.0.onnx", "checked.onnx"):
         assert md5(machine / name) == want, name
+    # predict by name (item 4): the page's runs name the version that wrote each row
+    rows = [json.loads(line) for line in (project / "prod.jsonl").read_text().splitlines()]
+    assert rows and {(r["artifact"], r["artifact_version"], r["stage"]) for r in rows} == {
+        (NAME, "v1.0.0", "prod")}
+    assert "@@ run docs/registry.md" in output and "--registry" in output

@@ -84,7 +84,11 @@ def test_health_ready_model_and_docs(server, trained_project):
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     schema = httpx.get(f"{server.url}/openapi.json").json()
     assert "/predict" in schema["paths"]
-    assert not any("{" in path for path in schema["paths"])  # no path parameters
+    # no endpoint takes a path: the only path parameter is a served model's name (a key of
+    # the server's own table, GET /models; 404 for any other)
+    assert {p for p in schema["paths"] if "{" in p} == {"/predict/{name}", "/model/{name}"}
+    assert httpx.get(f"{server.url}/model/default").json()["version"] == card["version"]
+    assert httpx.get(f"{server.url}/model/..%2Fparams.yaml").status_code == 404
 
 
 def test_one_and_several_images_match_predict(server, expected):
@@ -183,5 +187,7 @@ def test_fuzz_from_openapi_schema_finds_no_server_error(server):
             case.call_and_validate(checks=[not_a_server_error], timeout=30)
 
         fuzz()
-    assert operations == {"GET /health", "GET /ready", "GET /model", "POST /predict"}
+    assert operations == {"GET /health", "GET /ready", "GET /model", "POST /predict",
+                          "GET /models", "GET /model/{name}", "POST /predict/{name}",
+                          "POST /admin/reload"}
     assert "unhandled" not in server.log.read_text(), server.log.read_text()

@@ -50,6 +50,9 @@ class Model:
     # prepare.letterbox as the model was trained ({"fill", "align"} or False: squash): inputs
     # are resized the same way, and detection's boxes go back through it
     letterbox: object = False
+    # a registered model's facts (tools/registry/models.py): artifact, version, stage, commit,
+    # data_version, md5, metrics...; {} for a model given as a file path
+    registry: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.task is None:
@@ -234,6 +237,9 @@ def describe(model: Model, metrics_path=None) -> dict:
            "input": {"image_size": model.image_size, "channels": model.channels,
                      "mean": model.mean, "std": model.std},
            "provenance": model.info, "metrics": None}
-    if metrics_path and Path(metrics_path).is_file():
+    if model.registry:  # its own metrics (the tag message), not the working directory's
+        out["registry"] = {k: v for k, v in model.registry.items() if k != "metrics"}
+        out["metrics"] = model.registry.get("metrics")
+    elif metrics_path and Path(metrics_path).is_file():
         out["metrics"] = json.loads(Path(metrics_path).read_text())
     return out

@@ -45,11 +45,25 @@ def check_beam(ctx, param, value):
     return value
 
 
+SEVERAL_HELP = ("Model file, or a registered model: NAME@v1.2.0, NAME#prod (the version a stage "
+                "points at) or NAME (the latest version), fetched once into the model cache and "
+                "hash-checked before every load (docs/registry.md). Give it once per model to "
+                "serve several (registered ones, each at POST /predict/NAME). Default: "
+                "models/model.onnx (onnxruntime), models/model.pt (torch) or "
+                "models/openvino/model.xml (openvino).")
+
 _MODEL_OPTIONS = [
     click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
-                 help="Model file. Default: models/model.onnx (onnxruntime), models/model.pt "
-                      "(torch) or models/openvino/model.xml (openvino). The int8 model: "
+                 help="Model file, or a registered model: NAME@v1.2.0, NAME#prod (the version "
+                      "a stage points at) or NAME (the latest version), fetched once into the "
+                      "model cache and hash-checked before every load (docs/registry.md). "
+                      "Default: models/model.onnx (onnxruntime), models/model.pt (torch) or "
+                      "models/openvino/model.xml (openvino). The int8 model: "
                       "models/int8/model.int8.onnx with onnxruntime."),
+    click.option("--registry", default=None, metavar="GIT_URL",
+                 help="The git repository (a path or any URL git clone takes) whose registry "
+                      "--model NAME... is looked up in. Default: the one the working "
+                      "directory is in."),
     click.option("--backend", type=click.Choice(BACKENDS), default="onnxruntime",
                  show_default=True, help="onnxruntime runs an .onnx file without torch; torch "
                                          "runs model.pt in PyTorch eager mode; openvino runs "
@@ -76,13 +90,20 @@ _MODEL_OPTIONS = [
 ]
 
 
-def model_options(func):
-    """Add --model, --backend, --threads, --max-pixels, --top-k, --score-threshold and --beam
-    (parameters model_path, backend, threads, max_pixels, top_k, score_threshold, beam) to a
-    click command, in that order."""
-    for option in reversed(_MODEL_OPTIONS):
-        func = option(func)
-    return func
+def model_options(func=None, *, several: bool = False):
+    """Add --model, --registry, --backend, --threads, --max-pixels, --top-k, --score-threshold
+    and --beam (parameters model_path, registry, backend, threads, max_pixels, top_k,
+    score_threshold, beam) to a click command, in that order. several: --model may be given
+    more than once (model_path is then a tuple)."""
+    def add(func):
+        options = list(_MODEL_OPTIONS)
+        if several:
+            options[0] = click.option("--model", "model_path", multiple=True,
+                                      metavar="MODEL", help=SEVERAL_HELP)
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return add(func) if func is not None else add
 
 
 def apply_decode_options(model, score_threshold=None, beam=None) -> None:

@@ -16,6 +16,8 @@ HOOKS = {
     "EXPORT_FORMAT_SHIFT": "export: FORMAT=SHIFT (e.g. openvino=0.5): that format is converted "
                            "from an ONNX graph that adds SHIFT to its input (its gate must fail)",
     "PREDICT_DELAY_S": "tools.predict: sleep this many seconds after every written batch",
+    "SERVE_DELAY_S": "tools.serve: each POST /predict waits this many seconds after taking its "
+                     "model, before decoding (requests stay in flight across a reload)",
     "PREDICT_RAY_DELAY_S": "tools.predict --ray: each actor sleeps this many seconds after "
                            "every batch it predicts (a node can be removed mid-shard)",
 }

@@ -65,8 +65,9 @@ EXIT_SOME_FAILED = 3  # some inputs failed: their rows carry the error
               metavar="BATCHES",
               help="With --ray: batches (of --batch-size images) per shard, the unit a worker "
                    "decodes and an actor predicts.")
-def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max_pixels,
-         overwrite, out_dir, retry_failed, score_threshold, beam, ray_address, ray_shard):
+def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, top_k,
+         max_pixels, overwrite, out_dir, retry_failed, score_threshold, beam, ray_address,
+         ray_shard):
     """Predict every image in SOURCE... with the exported model (whatever its task) and write
     one row per image to --out.
 
@@ -83,12 +84,17 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     The run is restartable: re-run the same command after a crash or Ctrl-C and it skips
     every path already in --out, so each input ends with exactly one row. An --out written
     by another model is refused (naming both versions) unless --overwrite replaces it.
+
+    --model NAME@v1.2.0, NAME#prod or NAME (the latest version) predicts with a registered
+    model of --registry (default: this repository), fetched once into the model cache and
+    hash-checked before every load; each row then also names its artifact, artifact_version,
+    stage, commit and data_version (docs/registry.md).
     `--out -` (the default for a single image file) writes the rows to stdout, nothing else.
 
     Exit codes: 0 every input has a prediction; 3 some inputs failed (their rows carry the
     error); 1 fatal error (model missing or unusable, unreadable --out); 2 usage error.
     """
-    from tools.inference import load
+    from tools.registry.models import load
 
     if not sources and not retry_failed:
         raise click.UsageError("give at least one SOURCE (or --retry-failed to re-run the "
@@ -101,7 +107,9 @@ def main(sources, model_path, backend, out, fmt, batch_size, threads, top_k, max
     fmt = output_format(out, fmt)
     # --ray first: an unreachable cluster changes nothing
     ray = connect(ray_address) if ray_address is not None else None
-    model = load(backend, model_path, threads)
+    model = load(backend, model_path, registry, threads)  # a file, or NAME@v1.2.0 / NAME#prod
+    if model.registry:  # --ray's workers load the checked copy in the cache
+        model_path = model.registry["cached"]
     apply_decode_options(model, score_threshold, beam)
     fields = output_fields(model)
     done, failed_before, retry = resume(out, fmt, fields, model, overwrite, retry_failed,
@@ -198,12 +206,17 @@ class Emitter:
         self.out, self.fmt, self.fields, self.model = out, fmt, fields, model
         self.out_dir, self.counts = out_dir, counts
         self.delay = float(hooks.value("PREDICT_DELAY_S") or 0)
+        from tools.registry.models import fields as registry_fields
+
+        self.extra = registry_fields(model.registry) if model.registry else {}
         try:
             self.f = StdoutRows(fmt, fields) if out == STDOUT else open_output(out, fmt, fields)
         except OSError as exc:
             raise write_failed(out, exc) from None
 
     def __call__(self, rows) -> None:
+        if self.extra:  # a registered model: which version, of what, wrote each row
+            rows = [{**r, **self.extra} for r in rows]
         if self.out_dir is not None:
             try:
                 rows = [self.model.task.write_prediction(r, self.out_dir) if not r["error"]

@@ -15,13 +15,17 @@ from pathlib import Path
 from stages.lib.io import StageError, replace_file
 
 STDOUT = Path("-")
+REGISTRY_FIELDS = ("artifact", "artifact_version", "stage", "commit", "data_version")
 
 
 def output_fields(model) -> list[str]:
     """The columns of the output: path, the task's prediction fields, error, model
     (classification: path, label, score, topk, error, model). `model` is the model version
-    (stages.lib.provenance.model_version: the ONNX metadata's model_version)."""
-    return ["path", *model.task.prediction_fields, "error", "model"]
+    (stages.lib.provenance.model_version: the ONNX metadata's model_version). A registered
+    model's rows (--model NAME#prod) also name its artifact, version, stage, commit and data
+    version (REGISTRY_FIELDS, tools.registry.models.fields)."""
+    registry = list(REGISTRY_FIELDS) if getattr(model, "registry", None) else []
+    return ["path", *model.task.prediction_fields, "error", "model", *registry]
 
 
 def legacy_fields(fields: list[str]) -> list[str]:

@@ -9,7 +9,10 @@ This package adds only what they do not check or show (docs/registry.md):
   kernel profile, params that differ from the task's recipe);
 - show.py: every artifact's versions with stage, date, headline metric and data version;
 - fetch.py: one version's bytes, their md5 checked against the tagged commit's dvc.lock
-  (DVC does not re-hash what it downloads, whatever the remote's `verify` says).
+  (DVC does not re-hash what it downloads, whatever the remote's `verify` says);
+- models.py: `--model NAME@v1.2.0`, `NAME#prod`, `NAME` for tools.predict and tools.serve:
+  resolved with dvc.api and GTO, fetched once into a cache keyed by md5, checked before every
+  load.
 
 Nothing here imports torch; gto and dvc load only when a command runs.
 """

@@ -2,12 +2,13 @@
 
 `dvc artifacts get` writes whatever the remote returns: DVC does not re-hash a download (the
 remote's `verify` option covers `dvc pull`/`fetch` into a cache, not `artifacts get`; tested in
-tests/test_registry_get.py). So this resolves the version with dvc.api, reads the md5 the tagged
+tests/test_registry.py). So this resolves the version with dvc.api, reads the md5 the tagged
 commit's dvc.lock records, downloads to a temp file beside the output, hashes it and renames it
 into place only when the hashes agree: a missing or corrupt object is an error naming the
 artifact, the version and the hash, and nothing is written.
 """
 import os
+import posixpath
 from pathlib import Path
 
 from tools.registry import RegistryError
@@ -34,21 +35,28 @@ def resolve(repo: str, name: str, version: str | None, stage: str | None) -> dic
                             f"{repo}` or `gto show --repo {repo}`") from None
 
 
-def get(repo: str, name: str, version: str | None, stage: str | None, out: Path) -> dict:
-    """Write name's bytes at version/stage/latest to out; what was fetched (rev, path, md5)."""
-    from dvc.api import DVCFileSystem
-
+def lock_md5(fs, name: str, rev: str, path: str, label: str) -> str:
+    """The md5 the dvc.lock of the artifact's pipeline (the root's, or pipelines/X/dvc.lock
+    for pipelines/X:NAME) records at rev for path (repo-relative)."""
     from tools.registry.register import lock_outs
 
-    where = resolve(repo, name, version, stage)
-    label = f"artifact {name} {version or (f'#{stage}' if stage else 'latest')}"
-    rev, path = where["rev"], where["path"]
-    fs = DVCFileSystem(repo, rev=rev)
-    want = lock_outs(fs.read_text("dvc.lock")).get(path)
+    folder = name.rpartition(":")[0]
+    lock = posixpath.join(folder, "dvc.lock") if folder else "dvc.lock"
+    relative = posixpath.relpath(path, folder) if folder else path
+    try:
+        want = lock_outs(fs.read_text(lock)).get(relative)
+    except FileNotFoundError:
+        want = None
     if not want:
-        raise RegistryError(f"{label}: the dvc.lock of commit {rev[:8]} records no {path}: "
+        raise RegistryError(f"{label}: the {lock} of commit {rev[:8]} records no {path}: "
                             f"that commit was registered without a pipeline run; register a "
                             f"commit whose dvc.lock has it")
+    return want
+
+
+def download_checked(fs, path: str, want: str, out: Path, label: str, rev: str) -> None:
+    """path's bytes from the DVC remote (through fs, a DVCFileSystem at rev) to out, renamed
+    into place only when their md5 is want; nothing is written otherwise."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
     try:
@@ -67,4 +75,16 @@ def get(repo: str, name: str, version: str | None, stage: str | None, out: Path)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def get(repo: str, name: str, version: str | None, stage: str | None, out: Path) -> dict:
+    """Write name's bytes at version/stage/latest to out; what was fetched (rev, path, md5)."""
+    from dvc.api import DVCFileSystem
+
+    where = resolve(repo, name, version, stage)
+    label = f"artifact {name} {version or (f'#{stage}' if stage else 'latest')}"
+    rev, path = where["rev"], where["path"]
+    fs = DVCFileSystem(repo, rev=rev)
+    want = lock_md5(fs, name, rev, path, label)
+    download_checked(fs, path, want, out, label, rev)
     return {"artifact": name, "rev": rev, "path": path, "md5": want, "out": str(out)}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from tools.options import apply_decode_options, model_options
-from tools.serve.app import (LIMIT_CONCURRENCY, MAX_BYTES, MAX_DECODE_MB, PREDICT_TIMEOUT,
+from tools.options import model_options
+from tools.serve.app import (DEFAULT, LIMIT_CONCURRENCY, MAX_BYTES, MAX_DECODE_MB, PREDICT_TIMEOUT,
                              QUEUED_DECODES, create_app)
 from tools.serve.guard import inference_executor
 from tools.serve.transport import (BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE_TIMEOUT, check_host,
@@ -32,7 +32,7 @@ def return_freed_memory() -> None:
 
 
 @click.command()
-@model_options
+@model_options(several=True)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on; 127.0.0.1 answers this machine only. Any address "
                    "that is not loopback (\"\", 0, 0.0.0.0, ::, a LAN address) needs --expose.")
@@ -76,16 +76,24 @@ def return_freed_memory() -> None:
                    "connections are not counted (the timeouts close them).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
-def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics_path, top_k,
-         max_batch, max_wait_ms, max_decode_mb, max_queued_decode_mb, predict_timeout,
+def main(model_path, registry, backend, host, expose, port, max_bytes, max_pixels, metrics_path,
+         top_k, max_batch, max_wait_ms, max_decode_mb, max_queued_decode_mb, predict_timeout,
          header_timeout, body_timeout, keep_alive_timeout, limit_concurrency, threads,
          log_level, score_threshold, beam):
-    """Serve the model over HTTP until Ctrl-C.
+    """Serve the model (or several) over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
     the task's prediction (classification: label, score, top-k) and the model version;
     GET /health (liveness), GET /ready (model loaded: 200, else 503), GET /model (task,
     classes, input size, provenance, eval metrics), GET /docs (OpenAPI UI), /openapi.json.
+
+    --model NAME#prod (NAME@v1.2.0, NAME) serves a registered model of --registry (default:
+    this repository), fetched once into the model cache and hash-checked before every load;
+    its answers and /model name its artifact, version, stage, commit and data version.
+    Several --model NAME#stage serve several: GET /models lists them, POST /predict/NAME
+    and GET /model/NAME serve each. POST /admin/reload (from this machine only) or SIGHUP
+    swaps in the versions the references name now (after `gto assign`): requests in flight
+    finish on the old model (docs/predict-serve.md).
 
     Each file is answered on its own: one that is not an image, is corrupt or declares more
     than --max-pixels pixels in its header (not decoded) gets its error in its place, and the
@@ -101,19 +109,34 @@ def main(model_path, backend, host, expose, port, max_bytes, max_pixels, metrics
     warning = check_host(host, expose)  # before anything is loaded
     import uvicorn
 
-    from tools.inference import load
+    from tools.serve.models import Loader, name_of
 
     return_freed_memory()
-    # Loaded in the niced inference thread: the backend's threads inherit its priority.
-    model = inference_executor().submit(load, backend, model_path, threads).result()
-    apply_decode_options(model, score_threshold, beam)
-    app = create_app(model, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
+    loaders = {}
+    models = {}
+    for text in model_path or (None,):
+        loader = Loader(text, registry, backend, threads, score_threshold, beam)
+        path, facts = loader.fetch()  # a registered model: resolved, fetched, checked
+        # Loaded in the niced inference thread: the backend's threads inherit its priority.
+        model = inference_executor().submit(loader.load, path, facts).result()
+        name = name_of(model, DEFAULT)
+        if name in models or (len(model_path) > 1 and not facts):
+            raise click.UsageError(f"--model {text}: several models are served by their "
+                                   f"registered names, one each (--model detector#prod "
+                                   f"--model ocr#prod); {name} is "
+                                   + ("given twice" if name in models else "a file"))
+        models[name], loaders[name] = model, loader
+    app = create_app(models, max_bytes, max_pixels, Path(metrics_path), top_k, max_batch,
                      max_wait_ms, max_decode_mb, limit_concurrency, max_queued_decode_mb,
-                     predict_timeout)
+                     predict_timeout, loaders)
     if warning:
         click.echo(warning, err=True)
-    click.echo(f"serve: {model.path} ({model.backend}, version {model.version}) on "
-               f"http://{host}:{port} (docs at /docs)", err=True)
+    for name, model in models.items():
+        which = (f"{model.registry['artifact']} {model.registry['version']} (commit "
+                 f"{model.registry['commit'][:8]})" if model.registry else model.path)
+        click.echo(f"serve: {which} ({model.backend}, version {model.version}) on "
+                   f"http://{host}:{port}{'' if len(models) == 1 else f'/predict/{name}'} "
+                   f"(docs at /docs)", err=True)
     uvicorn.run(app, host="0.0.0.0" if host == "0" else host, port=port, log_level=log_level,
                 http=timed_protocol(header_timeout, body_timeout),
                 timeout_keep_alive=keep_alive_timeout)  # the limit is FastPath's, not uvicorn's

@@ -17,20 +17,25 @@ is answered within --predict-timeout of its body's end (else 503 with Retry-Afte
 and /ready are answered before anything else, and at most --limit-concurrency POST /predict
 requests are in flight (guard.py); /docs works offline (docs.py).
 
-The models are a registry, app.state.models (a name -> a loaded tools.inference.Model), each
-with its micro-batcher in app.state.batchers; today one, DEFAULT, which every route serves.
+The models are app.state.served, a name -> a Served slot (models.py: the loaded model, its
+micro-batcher, the requests in flight on it). One model is served under DEFAULT (a file) or
+its artifact's name (a registered model), and POST /predict and GET /model serve it; several
+registered ones each at POST /predict/{name} and GET /model/{name}, listed by GET /models.
+POST /admin/reload (loopback only) and SIGHUP swap in the versions their references now name.
 """
 from stages.lib.params import MAX_PIXELS
-from tools.serve.batching import Busy, DecodeBudget, MicroBatcher, ModelFailed
+from tools.serve.batching import Busy, DecodeBudget, ModelFailed
 from tools.serve.docs import add_offline_docs
 from tools.serve.guard import FastPath, nice_thread
+from tools.serve.models import (ReloadFailed, Served, loopback, name_of, ready_body, reload,
+                                 start)
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_DECODE_MB = 256
 QUEUED_DECODES = 8  # --max-queued-decode-mb's default: this many times --max-decode-mb
 PREDICT_TIMEOUT = 30.0
 LIMIT_CONCURRENCY = 64
-DEFAULT = "default"  # the name of the model every route serves
+DEFAULT = "default"  # the name a model given as a file is served under
 
 
 def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
@@ -38,13 +43,14 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                max_wait_ms: float = 5.0, max_decode_mb: float = MAX_DECODE_MB,
                limit_concurrency: int = LIMIT_CONCURRENCY,
                max_queued_decode_mb: float | None = None,
-               predict_timeout: float = PREDICT_TIMEOUT):
-    """The FastAPI app serving a loaded tools.inference.Model, registered as DEFAULT in
-    app.state.models (its card, for GET /model, in app.state.cards)."""
+               predict_timeout: float = PREDICT_TIMEOUT, loaders: dict | None = None):
+    """The FastAPI app serving a loaded tools.inference.Model, or several ({name: Model}),
+    each a Served slot of app.state.served. loaders: {name: models.Loader}, how
+    /admin/reload re-resolves each (none: nothing to reload)."""
     from fastapi import FastAPI
 
-    from tools.inference import describe
-
+    models = model if isinstance(model, dict) else {name_of(model, DEFAULT): model}
+    model = next(iter(models.values()))  # the first: the title, /predict's schema
     state = {"ready": False}
     budget_bytes = int(max_decode_mb * 2**20)
     if max_queued_decode_mb is None:
@@ -56,9 +62,8 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                                     queue_bytes),
                   max_body_size=max_bytes, docs_url=None, redoc_url=None,
                   description="Predictions of the exported model. Upload images to /predict.")
-    app.state.models = {DEFAULT: model}
-    app.state.cards = {DEFAULT: describe(model, metrics_path)}
-    app.state.batchers = {}  # filled by lifespan, a micro-batcher per model
+    add_served(app, models, loaders or {}, metrics_path, top_k, max_batch, max_wait_ms)
+    state["ready_body"] = app.state.ready_body
     add_offline_docs(app)
     add_guards(app, max_bytes)
     # Outermost: /health and /ready answered first, POST /predict counted (guard.py)
@@ -68,7 +73,23 @@ def create_app(model, max_bytes: int = MAX_BYTES, max_pixels: int = MAX_PIXELS,
                "max_batch": max_batch, "top_k": top_k, "limit_concurrency": limit_concurrency}
     add_status_routes(app, state, serving, responses[1])
     add_predict(app, responses, max_pixels, budget_bytes, predict_timeout)
+    add_admin(app)
     return app
+
+
+def add_served(app, models: dict, loaders: dict, metrics_path, top_k: int, max_batch: int,
+               max_wait_ms: float) -> None:
+    """app.state.served (a Served slot per model, started by lifespan), what reload needs."""
+    import asyncio
+
+    from tools.inference import describe
+
+    app.state.served = {name: Served(name, m, describe(m, metrics_path), loaders.get(name))
+                        for name, m in models.items()}
+    app.state.metrics_path = metrics_path
+    app.state.batching = (top_k, max_batch, max_wait_ms / 1000)
+    app.state.reload_lock = asyncio.Lock()
+    app.state.ready_body = ready_body(app.state.served)
 
 
 def response_models(model) -> tuple:
@@ -86,33 +107,34 @@ def response_models(model) -> tuple:
 
     class PredictResponse(BaseModel):
         model_version: str
+        model: str  # the name it is served under
+        registry: dict | None = None  # a registered model: artifact, version, stage, commit...
         status: str  # ok: every file predicted | partial: some have an error instead
         failed: int
         predictions: list[Prediction]
 
+    class AnyPredictResponse(PredictResponse):  # POST /predict/{name}: any model's task
+        predictions: list[dict]
+
     class Error(BaseModel):
         detail: str
 
-    return PredictResponse, Error
+    return PredictResponse, Error, AnyPredictResponse
 
 
 def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget_bytes: int,
              queue_bytes: int):
     """The app's start (each model's micro-batcher and its worker, a first inference so /ready
     means the model really runs, the decode budget and threads) and stop."""
-    import asyncio
     import contextlib
     import os
     from concurrent.futures import ThreadPoolExecutor
 
     @contextlib.asynccontextmanager
     async def run(app):
-        workers = []
-        for name, model in app.state.models.items():
-            batcher = MicroBatcher(model, top_k, max_batch, max_wait_ms / 1000)
-            workers.append(asyncio.create_task(batcher.run()))
-            await warm_up(batcher, model)
-            app.state.batchers[name] = batcher
+        for served in app.state.served.values():
+            await start(served, top_k, max_batch, max_wait_ms / 1000)
+        sighup(app)
         app.state.budget = DecodeBudget(budget_bytes, queue_bytes)
         app.state.decoders = ThreadPoolExecutor(os.cpu_count() or 1, "decode",
                                                 initializer=nice_thread)
@@ -122,18 +144,49 @@ def lifespan(state: dict, top_k: int, max_batch: int, max_wait_ms: float, budget
         state["ready"] = True
         yield
         state["ready"] = False
-        for worker in workers:
-            worker.cancel()
+        for served in app.state.served.values():
+            served.worker.cancel()
         app.state.decoders.shutdown(wait=False, cancel_futures=True)
         app.state.headers.shutdown(wait=False, cancel_futures=True)
 
     return run
 
 
-async def warm_up(batcher, model) -> None:
-    """A first inference through the batcher: the model really runs before /ready says so."""
-    warmup = model.modality.warmup_input(model.image_size, model.channels)
-    await batcher.predict([warmup])  # the model really runs
+def sighup(app) -> None:
+    """SIGHUP reloads, like POST /admin/reload (its outcome logged)."""
+    import asyncio
+    import logging
+    import signal
+
+    log = logging.getLogger("uvicorn.error")
+
+    async def logged():
+        try:
+            log.warning("SIGHUP: %s", await reload(app))
+        except ReloadFailed as exc:
+            log.error("SIGHUP: reload failed, nothing changed: %s", exc)
+
+    try:
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGHUP, lambda: asyncio.ensure_future(logged()))
+    except (NotImplementedError, RuntimeError, AttributeError):  # not the main thread
+        pass
+
+
+def add_admin(app) -> None:
+    """POST /admin/reload: loopback clients only (403 otherwise)."""
+    from fastapi import HTTPException, Request
+
+    @app.post("/admin/reload", summary="Swap in the versions the registered models' "
+                                       "references name now (loopback clients only)")
+    async def admin_reload(request: Request) -> dict:
+        if not request.client or not loopback(request.client.host):
+            raise HTTPException(403, detail="POST /admin/reload is for loopback clients "
+                                            "only: run it on the server's machine")
+        try:
+            return await reload(app)
+        except ReloadFailed as exc:
+            raise HTTPException(409, detail=f"reload failed, nothing changed: {exc}") from None
 
 
 def add_guards(app, max_bytes: int) -> None:
@@ -174,8 +227,9 @@ def add_guards(app, max_bytes: int) -> None:
 
 
 def add_status_routes(app, state: dict, serving: dict, Error) -> None:
-    """GET /health (the process answers), /ready (the model has run once) and /model (its
-    card, the serving limits and how many batches and images it has served)."""
+    """GET /health (the process answers), /ready (the models have run once), /models (each
+    served model: name, version, registry facts), /model and /model/{name} (a model's card,
+    the serving limits and how many batches and images it has served)."""
     from fastapi.responses import JSONResponse
 
     @app.get("/health", summary="Liveness: the process answers")
@@ -187,14 +241,48 @@ def add_status_routes(app, state: dict, serving: dict, Error) -> None:
     async def ready():
         if not state["ready"]:
             return JSONResponse({"detail": "model not loaded yet"}, status_code=503)
-        return {"ready": True, "model_version": app.state.models[DEFAULT].version}
+        return {"ready": True, **app.state.ready_body}
 
-    @app.get("/model", summary="Class names, input size, provenance and eval metrics")
-    async def model_card() -> dict:
-        batcher = app.state.batchers.get(DEFAULT)
+    @app.get("/models", summary="The models served: name, version, registry facts")
+    async def models() -> dict:
+        return {"models": [{"name": name, "version": s.model.version, "task": s.model.task.name,
+                            "registry": s.answer_fields()["registry"],
+                            "predict": f"/predict/{name}"}
+                           for name, s in sorted(app.state.served.items())]}
+
+    def card(served) -> dict:
+        batcher = served.batcher
         stats = {"batches": batcher.batches, "images": batcher.images} if batcher else {}
         stats["predicts_in_flight"] = state.get("in_flight", 0)
-        return {**app.state.cards[DEFAULT], "serving": {**serving, **stats}}
+        return {**served.card, "name": served.name, "serving": {**serving, **stats}}
+
+    @app.get("/model", summary="Class names, input size, provenance and eval metrics",
+             responses={400: {"model": Error}})
+    async def model_card() -> dict:
+        return card(pick(app, None, "/model"))
+
+    @app.get("/model/{name:path}", summary="One served model's card (GET /models lists them)",
+             responses={404: {"model": Error}})
+    async def named_card(name: str) -> dict:
+        return card(pick(app, name, "/model"))
+
+
+def pick(app, name: str | None, route: str):
+    """The Served slot a request takes: name's (404 when none), or with no name the only one
+    (400 when several are served, naming them)."""
+    from fastapi import HTTPException
+
+    served = app.state.served
+    if name is None:
+        if len(served) == 1:
+            return next(iter(served.values()))
+        raise HTTPException(400, detail=f"{len(served)} models are served: use {route}/NAME "
+                                        f"with NAME one of {', '.join(sorted(served))} "
+                                        f"(GET /models)")
+    if name not in served:
+        raise HTTPException(404, detail=f"no model named {name!r} is served; the models: "
+                                        f"{', '.join(sorted(served))} (GET /models)")
+    return served[name]
 
 
 def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
@@ -212,27 +300,45 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
 
     from stages.lib.modality.errors import BadInput
 
-    log = logging.getLogger("uvicorn.error")
-    PredictResponse, Error = responses
+    from stages.lib import hooks
 
-    @app.post("/predict", response_model=PredictResponse,
-              summary="Predict one or more uploaded images",
-              responses={413: {"model": Error, "description": "body over the byte limit"},
-                         415: {"model": Error, "description": "no file is an image"},
-                         422: {"model": Error, "description": "no file is usable (corrupt, "
-                                                              "over the pixel limit), or a "
-                                                              "bad request"},
-                         503: {"model": Error, "description": "busy (the decode queue is "
-                                                              "full, or no answer within "
-                                                              "--predict-timeout: retry after "
-                                                              "Retry-After seconds), or the "
-                                                              "model failed"}})
-    async def predict(files: Annotated[list[UploadFile], File(
-            description="One or more image files (multipart/form-data, field `files`)")]):
+    log = logging.getLogger("uvicorn.error")
+    delay = float(hooks.value("SERVE_DELAY_S") or 0)
+    PredictResponse, Error, AnyPredictResponse = responses
+    errors = {413: {"model": Error, "description": "body over the byte limit"},
+              415: {"model": Error, "description": "no file is an image"},
+              422: {"model": Error, "description": "no file is usable (corrupt, over the "
+                                                   "pixel limit), or a bad request"},
+              503: {"model": Error, "description": "busy (the decode queue is full, or no "
+                                                   "answer within --predict-timeout: retry "
+                                                   "after Retry-After seconds), or the model "
+                                                   "failed"}}
+    Files = Annotated[list[UploadFile], File(
+        description="One or more image files (multipart/form-data, field `files`)")]
+
+    @app.post("/predict", response_model=PredictResponse, summary="Predict one or more "
+              "uploaded images (the model, when one is served)",
+              responses={**errors, 400: {"model": Error, "description": "several models are "
+                                                                        "served: name one"}})
+    async def predict(files: Files):
+        return await handle(files, pick(app, None, "/predict"))
+
+    @app.post("/predict/{name:path}", response_model=AnyPredictResponse,
+              summary="Predict one or more uploaded images with the model served as name "
+                      "(GET /models)",
+              responses={**errors, 404: {"model": Error, "description": "no such model"}})
+    async def predict_named(name: str, files: Files):
+        return await handle(files, pick(app, name, "/predict"))
+
+    async def handle(files, served) -> dict:
+        """One request on the slot it took (and keeps to its end, whatever a reload does)."""
         budget = app.state.budget
+        served.in_flight += 1
         try:
             async with asyncio.timeout(predict_timeout):
-                return await answer(files)
+                if delay:  # a test hook: hold the model across a reload
+                    await asyncio.sleep(delay)
+                return await answer(files, served)
         except Busy as exc:
             raise HTTPException(503, detail=exc.detail,
                                 headers={"Retry-After": str(exc.retry_after)}) from None
@@ -241,9 +347,11 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
             raise HTTPException(503, headers={"Retry-After": str(wait)}, detail=(
                 f"no answer within --predict-timeout {predict_timeout:g} s: the server is "
                 f"busy; retry in {wait} s")) from None
+        finally:
+            served.in_flight -= 1
 
-    async def answer(files) -> dict:
-        model = app.state.models[DEFAULT]
+    async def answer(files, served) -> dict:
+        model = served.model
         images, errors = [], []  # per file: a decoded image or None, and its error
         for index, upload in enumerate(files):
             name = upload.filename or f"file #{index + 1}"
@@ -259,14 +367,13 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
             raise HTTPException(status, detail="; ".join(f"{name}: {why}"
                                                          for _, name, why in errors))
         try:
-            results = iter(await app.state.batchers[DEFAULT].predict(
-                [i for i in images if i is not None]))
+            results = iter(await served.batcher.predict([i for i in images if i is not None]))
         except ModelFailed as exc:
             log.error("model failed: %s", exc)
             raise HTTPException(503, detail=f"the model failed: {exc}") from None
         failed = sum(1 for e in errors if e)
-        return {"model_version": model.version, "status": "partial" if failed else "ok",
-                "failed": failed, "predictions": [
+        return {"model_version": model.version, **served.answer_fields(),
+                "status": "partial" if failed else "ok", "failed": failed, "predictions": [
                     {"filename": upload.filename or "", **(
                         model.task.empty_prediction() if error else next(results)),
                      "error": f"{error[0]}: {error[2]}" if error else ""}

@@ -4,11 +4,12 @@ the niced worker threads.
 - GET /health and GET /ready are answered by the outermost ASGI layer (FastPath), before any
   other middleware, routing or body handling, and are never counted or refused: a server busy
   with predicts, or holding many stalled connections, still answers them at once.
-- --limit-concurrency counts POST /predict requests in flight (from their headers to the end
-  of their answer: upload, decode, inference). The request past the limit gets 503 with
-  `Retry-After: 1` at once. Connections are not counted: an idle or stalled connection costs
-  no slot, and is closed by --header-timeout / --keep-alive-timeout instead (uvicorn's own
-  limit_concurrency counts connections and tasks together, so idle sockets took the slots).
+- --limit-concurrency counts POST /predict (and /predict/{name}) requests in flight (from
+  their headers to the end of their answer: upload, decode, inference). The request past the
+  limit gets 503 with `Retry-After: 1` at once. Connections are not counted: an idle or
+  stalled connection costs no slot, and is closed by --header-timeout / --keep-alive-timeout
+  instead (uvicorn's own limit_concurrency counts connections and tasks together, so idle
+  sockets took the slots).
 - Decodes and inference run in their own threads at nice 10 (inference in one thread, made
   before the model is loaded, so onnxruntime's pool threads inherit the nice value): the event
   loop, which parses requests and answers /health, gets the cores first.
@@ -70,8 +71,9 @@ class FastPath:
                 return await send_json(send, 200, {"status": "ok"})
             if not self.state["ready"]:
                 return await send_json(send, 503, {"detail": "model not loaded yet"})
-            return await send_json(send, 200, {"ready": True, "model_version": self.version})
-        if method != "POST" or path != "/predict":
+            return await send_json(send, 200, {"ready": True, **self.state.get(
+                "ready_body", {"model_version": self.version})})
+        if method != "POST" or not (path == "/predict" or path.startswith("/predict/")):
             return await self.app(scope, receive, send)
         if self.state["in_flight"] >= self.limit:
             return await send_json(send, 503, {
