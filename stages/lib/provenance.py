@@ -18,8 +18,9 @@ from stages.lib.io import sha256_file, write_json
 
 LOG_DIR = Path("logs")
 MANIFEST = Path("data/manifest.csv")
-LOCK_FILE = Path("requirements.lock")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the code's folder: the project root, also when a
+# pipeline of pipelines/NAME/ runs with its own folder as the working directory
+LOCK_FILE = ROOT / "requirements.lock"
 # The code that decides the exported bytes: all of it is a dep of the export stage in dvc.yaml,
 # so the hash in the metadata is the hash `dvc repro` would reproduce.
 EXPORT_CODE = ("stages/export.py", "stages/lib/formats.py", "stages/lib/hooks.py",
@@ -102,7 +103,7 @@ def export_provenance(params_path, task_code, model) -> dict:
     code = hashlib.sha256()
     task_files = [Path(f).relative_to(ROOT).as_posix() for f in task_code]
     for path in sorted([*EXPORT_CODE, *task_files]):
-        code.update(f"{path}\0{sha256_file(path, missing='')}\n".encode())
+        code.update(f"{path}\0{sha256_file(ROOT / path, missing='')}\n".encode())
     # prepare's placement keys (workers, engine, ray_address) are not part of the result
     sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
                 for s in PROVENANCE_PARAMS}

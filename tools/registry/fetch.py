@@ -38,13 +38,15 @@ def get(repo: str, name: str, version: str | None, stage: str | None, out: Path)
     """Write name's bytes at version/stage/latest to out; what was fetched (rev, path, md5)."""
     from dvc.api import DVCFileSystem
 
-    from tools.registry.register import lock_outs
+    from tools.registry.register import lock_outs, split_name
 
     where = resolve(repo, name, version, stage)
     label = f"artifact {name} {version or (f'#{stage}' if stage else 'latest')}"
     rev, path = where["rev"], where["path"]
     fs = DVCFileSystem(repo, rev=rev)
-    want = lock_outs(fs.read_text("dvc.lock")).get(path)
+    folder = split_name(name)[0]  # a pipeline's artifact: its folder's dvc.lock
+    inside = Path(path).relative_to(folder).as_posix() if folder != Path(".") else path
+    want = lock_outs(fs.read_text((folder / "dvc.lock").as_posix())).get(inside)
     if not want:
         raise RegistryError(f"{label}: the dvc.lock of commit {rev[:8]} records no {path}: "
                             f"that commit was registered without a pipeline run; register a "

@@ -27,6 +27,14 @@ def dvc(*args) -> subprocess.CompletedProcess:
     return run(sys.executable, "-m", "dvc", *args)
 
 
+def split_name(name: str) -> tuple[Path, str]:
+    """(folder of its dvc.yaml, name in it) of an artifact: `ocr` is the root's,
+    `pipelines/ocr:ocr` that of pipelines/ocr/dvc.yaml (tools.init --into; GTO's and DVC's
+    spelling; the tags write `pipelines/ocr=ocr@v1.0.0`)."""
+    folder, sep, short = name.rpartition(":")
+    return (Path(folder) if sep else Path("."), short)
+
+
 def declared(root: Path = Path(".")) -> dict:
     """{name: declaration} of dvc.yaml's `artifacts:`."""
     return (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("artifacts") or {}
@@ -123,20 +131,26 @@ def register(name: str, version: str) -> str:
 
     if not Path("dvc.yaml").is_file():
         raise RegistryError("dvc.yaml not found: run register from the project's root")
-    names = declared()
-    if name not in names:
-        raise RegistryError(f"{name} is not an artifact of dvc.yaml (artifacts: "
-                            f"{', '.join(sorted(names)) or 'none'}): register one of those, or "
-                            f"declare it (python -m tools.init --task T writes the task's)")
-    path = names[name].get("path", MODEL)
+    folder, short = split_name(name)
+    if not (folder / "dvc.yaml").is_file():
+        raise RegistryError(f"{name}: no {(folder / 'dvc.yaml').as_posix()}: name a pipeline "
+                            f"folder's artifact as FOLDER:NAME (pipelines/ocr:ocr)")
+    names = declared(folder)
+    if short not in names:
+        raise RegistryError(f"{name} is not an artifact of {(folder / 'dvc.yaml').as_posix()} "
+                            f"(artifacts: {', '.join(sorted(names)) or 'none'}): register one of "
+                            f"those, or declare it (python -m tools.init --task T writes the "
+                            f"task's)")
+    path = names[short].get("path", MODEL)
+    lock = folder / "dvc.lock"
     found = problems()
-    if not found and not lock_outs(Path("dvc.lock").read_text()).get(path):
+    if not found and not (lock.is_file() and lock_outs(lock.read_text()).get(path)):
         found.append(f"dvc.lock records no {path} for {name}: run `dvc repro`, commit "
                      f"dvc.lock and `dvc push`, then register")
     if found:
         raise RegistryError(f"refusing to register {name} {version}:\n"
                             + "\n".join(f"  {line}" for line in found))
-    message = compose(name, version, facts())
+    message = compose(name, version, facts(folder))
     try:
         gto_register(".", name, ref="HEAD", version=version, message=message)
     except GTOException as exc:
