@@ -66,6 +66,34 @@ def git_state(root=".") -> dict:
     return {"git_commit": head.stdout.strip(), "git_dirty": dirty}
 
 
+def registry_state(root=".") -> list[dict]:
+    """[{"artifact", "version", "stages"}] registered at HEAD: GTO's git tags (NAME@v1.2.0 for a
+    version, NAME#STAGE#N for a stage: the highest N of a (NAME, STAGE) is the active one).
+    Git facts: for the untracked experiments page only, never for an out."""
+    proc = subprocess.run(["git", "--no-optional-locks", "for-each-ref", "refs/tags",
+                           "--format=%(refname:strip=2) %(*objectname) %(objectname)"],
+                          cwd=root, capture_output=True, text=True)
+    head = git_state(root)["git_commit"]
+    if proc.returncode != 0 or not head:
+        return []
+    versions, stages = {}, {}
+    for line in proc.stdout.splitlines():
+        tag, peeled, obj = (line.split(" ") + ["", ""])[:3]
+        commit = peeled or obj
+        name, at, version = tag.partition("@")
+        if at and commit == head:
+            versions.setdefault(name, []).append(version)
+        parts = tag.split("#")
+        if len(parts) in (2, 3):
+            number = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 0
+            best = stages.get((parts[0], parts[1]))
+            if best is None or number > best[0]:
+                stages[(parts[0], parts[1])] = (number, commit)
+    return [{"artifact": name.replace("=", ":"), "version": ", ".join(sorted(found)),
+             "stages": sorted(s for (n, s), (_, c) in stages.items() if n == name and c == head)}
+            for name, found in sorted(versions.items())]
+
+
 def run_record(stage: str, params) -> dict:
     """Everything needed to explain a run; call after torch is imported if the stage uses it."""
     record = {
