@@ -135,3 +135,17 @@ def test_import_then_update_names_what_changed_and_keeps_old_files_split(dataset
     assert "validate: since the last run" in proc.stdout and "0 added, 0 removed, 0 changed" \
         in proc.stdout
     assert git(project, "status", "--porcelain") == ""
+
+
+def test_the_experiments_page_rows_name_the_dataset_and_the_registered_versions():
+    from stages.report.sections import registry_rows
+
+    assert registry_rows(None) == []  # run.html: a DVC out holds no git facts
+    rows = "".join(registry_rows({
+        "registry": [{"artifact": "pipelines/ocr:ocr", "version": "v0.2.0", "stages": ["prod"]}],
+        "dataset": {"name": "data/digits", "rev": "digits@v2.0.0", "commit": "0123456789ab",
+                    "url": "/srv/digits.git"}}))
+    assert "pipelines/ocr:ocr v0.2.0</code> <span class=\"badge ok\">prod</span>" in rows
+    assert 'data-key="dataset.rev">digits@v2.0.0</code>' in rows and "/srv/digits.git" in rows
+    assert "this commit is no registered version" in "".join(
+        registry_rows({"registry": [], "dataset": {}}))

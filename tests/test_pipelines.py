@@ -145,3 +145,15 @@ def test_artifacts_get_by_stage_writes_the_registered_pipelines_model(released, 
                                 cwd=machine).stdout)
     assert [(r["artifact"], r["version"], r["stages"]) for r in shown] == [
         (OCR, "v0.2.0", ["prod"]), (OCR, "v0.1.0", [])]
+
+
+def test_the_experiments_page_names_the_commits_registered_version_and_stage(released):
+    """Item 8: git facts on the untracked experiments page; the DVC out run.html has none."""
+    folder = released.repo / "pipelines/ocr"
+    proc = run_module("stages.report", "--experiments", cwd=folder)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (folder / "reports/experiments.html").read_text()
+    assert re.search(r'data-key="registry.pipelines/ocr:ocr">pipelines/ocr:ocr v0.2.0</code>'
+                     r' <span class="badge ok">prod</span>', page), page
+    assert "registry." not in (folder / "reports/run.html").read_text()
+    assert git(released.repo, "status", "--porcelain") == ""  # the page is not tracked
