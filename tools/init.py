@@ -386,6 +386,10 @@ def main(task_name, source, into, force):
             click.echo(f"version it: {rel} is outside the project, so DVC sees it only as a "
                        f"path; copy it under data/ and `dvc add` it there to version it.")
         elif not tracked(rel):
+            if HOME:  # --into: said as run from the root, where the user is
+                import os
+
+                rel = Path(os.path.relpath(source.resolve(), HOME[0].resolve())).as_posix()
             ignore = (Path(rel).parent / ".gitignore").as_posix()
             click.echo(f"version it: dvc add {rel} && git add {rel}.dvc {ignore} && git commit "
                        f"-m \"data: {Path(rel).name}\"")
