@@ -1,6 +1,10 @@
 """One model on a new machine: `dvc artifacts get` against `git clone` + `dvc pull`.
 
     python -m bench.registry_get --project DIR      # a committed run (dvc repro done, committed)
+    python -m bench.registry_get --task detection --set train.epochs=1   # builds the run first
+
+With --task, the run is built first in a scratch folder: a copy of this project, `python -m
+tools.init --task T` (the task's built-in sample), the --set overrides, `dvc repro`, commit.
 
 It copies the run into a scratch folder, gives it a directory remote, pushes, registers the
 artifact (`gto register`), and pushes git to a bare repository. Then, in empty folders, it times
@@ -31,11 +35,33 @@ def size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def build(task: str, overrides: tuple, folder: Path) -> Path:
+    """A committed run of task's built-in sample in folder/project; prints its figures."""
+    from tools.project import copy_project, dvc, git, set_params
+
+    repo = copy_project(ROOT, folder / "project")
+    run(sys.executable, "-m", "tools.init", "--task", task, cwd=repo)
+    set_params(repo, {k: yaml.safe_load(v) for k, _, v in (o.partition("=") for o in overrides)})
+    start = time.perf_counter()
+    dvc(repo, "repro")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", f"{task} run")
+    print(f"built: {task} sample, {', '.join(overrides) or 'its recipe'}: dvc repro "
+          f"{time.perf_counter() - start:.0f} s; data/sample {size(repo / 'data/sample'):,} "
+          f"bytes, data/processed {size(repo / 'data/processed'):,} bytes")
+    return repo
+
+
 @click.command()
 @click.option("--project", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              required=True, help="A committed pipeline run (dvc.lock and its outs in cache).")
+              default=None, help="A committed pipeline run (dvc.lock and its outs in cache).")
+@click.option("--task", default=None,
+              help="Instead of --project: build a run of this task's built-in sample first "
+                   "(tools.init --task T, then dvc repro).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="With --task: a params override (YAML value), e.g. train.epochs=1.")
 @click.option("--repeats", default=3, show_default=True, help="Runs of each; the best time.")
-def main(project, repeats):
+def main(project, task, overrides, repeats):
     """Time and bytes of one model by name vs a clone and pull of the same commit."""
     import os
     import shutil
@@ -43,10 +69,14 @@ def main(project, repeats):
     sys.path.insert(0, str(ROOT))
     from tests.conftest import copy_run
 
+    if (project is None) == (task is None):
+        raise click.UsageError("give --project DIR or --task T")
     os.environ.setdefault("DVC_NO_ANALYTICS", "1")
     dvc = [sys.executable, "-m", "dvc"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if task:
+            project = build(task, overrides, tmp / "built")
         repo = copy_run(project, tmp / "project")
         (tmp / "store").mkdir()
         run(*dvc, "remote", "add", "-d", "store", str(tmp / "store"), cwd=repo)

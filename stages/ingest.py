@@ -27,8 +27,8 @@ from pathlib import Path
 
 import click
 
-from stages.lib import safefs, show
-from stages.lib.io import HASH_CHUNK, StageError, write_bytes, write_csv
+from stages.lib import changes, safefs, show
+from stages.lib.io import HASH_CHUNK, StageError, read_csv, write_bytes, write_csv
 from stages.lib.params import load, load_all, params_option
 
 MANIFEST = Path("data/manifest.csv")
@@ -446,7 +446,14 @@ def main(params_path, no_cache):
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add your images there.")
     check_fields(rows, task)
+    before = changes.previous("ingest", "outs")  # the last run's manifest, by dvc.lock's md5
     write_csv(MANIFEST, rows, manifest_fields(task))
+    for line in changes.report("ingest", before, read_csv(MANIFEST)):
+        click.echo(show.text(line))
+    dataset = changes.dataset_version(source)
+    if dataset:  # a registered dataset: `dvc import ... --rev NAME@v2.0.0` (source.dvc)
+        click.echo(show.text(f"ingest: {source} is {dataset['rev'] or dataset['commit'][:8]} "
+                             f"of {dataset['url']} ({source}.dvc)"))
     bad = sum(1 for r in rows if r["error"])
     for name, message in stats["warnings"]:
         click.echo(show.text(f"ingest: warning: {name}: {message}"), err=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib import checks, show
+from stages.lib import changes, checks, show
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
 from stages.lib.params import load_all, params_option
 
@@ -198,6 +198,8 @@ def main(params_path):
     p = params["validate"]
     task.configure(params)
     rows = read_csv(MANIFEST)
+    for line in changes.report("validate", changes.previous("validate", "deps"), rows):
+        click.echo(show.text(line))  # what changed since the last validated manifest
     result = check_all(rows, p, task)
     summary = summarize(rows, result, task)
     write_json(METRICS, {k: v for k, v in summary.items() if k != "checks"})

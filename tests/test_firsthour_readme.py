@@ -98,6 +98,13 @@ SKIP = {
     r"^ray start |--ray":
         "Ray nodes on several machines, and predict on them; tests/test_predict_ray.py runs "
         "predict --ray on a two-node cluster on 127.0.0.1",
+    r"pipelines/":
+        "pipelines of other tasks in the repository (minutes of training each); "
+        "tests/test_pipelines.py runs init --into, dvc repro, dvc exp run in a folder, register, "
+        "assign and dvc artifacts get of pipelines/ocr:ocr on tiny recipes",
+    r"data/digits|digits v2\.0\.0|digits@":
+        "a dataset repository and a project importing it; tests/test_data_versions.py runs "
+        "dvc add, register, dvc import --rev, dvc update --rev and the repro that names changes",
     r"^python3\.11 -m venv /tmp/lock-env":
         "installs from the package index (network) to regenerate requirements.lock",
 }

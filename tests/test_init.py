@@ -185,3 +185,32 @@ def test_init_names_the_artifact_after_the_task_and_touches_nothing_else(project
     proc = init(project, "--task", "classification", "--force")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (project / "dvc.yaml").read_text() == committed
+
+
+def test_init_into_a_pipeline_folder_with_a_source_of_the_root(project):
+    """--into: the folder is made from the root's files; data.source is the root's folder seen
+    from the pipeline (../../data/mine), and the root's params.yaml and dvc.yaml are kept."""
+    before = {rel: (project / rel).read_bytes() for rel in ("params.yaml", "dvc.yaml")}
+    imagefolder(project / "data/mine")
+    proc = init(project, "--task", "classification", "--source", "data/mine",
+                "--into", "pipelines/pets")
+    assert proc.returncode == 0, proc.stderr
+    assert "dvc.yaml: artifact pipelines/pets:pets" in proc.stdout
+    assert "version it: dvc add data/mine && git add data/mine.dvc" in proc.stdout
+    assert "next: dvc repro pipelines/pets/dvc.yaml" in proc.stdout
+    folder = project / "pipelines/pets"
+    params = yaml.safe_load((folder / "params.yaml").read_text())
+    assert params["data"]["source"] == "../../data/mine" and params["prepare"]["image_size"] == 48
+    spec = yaml.safe_load((folder / "dvc.yaml").read_text())
+    assert "pets" in spec["artifacts"] and "../../stages/ingest.py" in spec["stages"]["ingest"][
+        "deps"]
+    assert {rel: (project / rel).read_bytes() for rel in before} == before
+    # a second init in the folder sets it up again, guarding its committed params.yaml
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "pets")
+    (folder / "params.yaml").write_text((folder / "params.yaml").read_text() + "# mine\n")
+    proc = init(project, "--task", "classification", "--into", "pipelines/pets")
+    assert proc.returncode == 1 and "params.yaml has changes that are not committed" in \
+        proc.stderr
+    proc = init(project, "--task", "ocr", "--into", "/tmp/elsewhere")
+    assert proc.returncode == 1 and "give a folder inside the project" in proc.stderr

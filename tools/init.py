@@ -34,6 +34,7 @@ PREPARE_KEYS = ("prepare.image_size", "prepare.channels", "prepare.mean", "prepa
                 "prepare.height", "prepare.width", "prepare.width_buckets", "prepare.letterbox")
 MAX_HEADERS = 2000  # headers read to fit prepare (evenly spread over the sorted files)
 SPLITS = ("train", "val", "test")
+HOME: list = []  # the project root, with --into (init then works in the pipeline's folder)
 # what another task's dataset looks like: (task, layout, test of the source folder)
 MARKERS = (
     ("detection", "YOLO: data.yaml", lambda s: (s / "data.yaml").is_file()),
@@ -178,11 +179,16 @@ def split_choice(rows: list, p) -> tuple:
 
 
 def source_value(source: Path) -> tuple[str, bool]:
-    """(data.source as params.yaml holds it, whether it is inside the project)."""
+    """(data.source as params.yaml holds it, whether it is inside the project): relative to
+    the working directory (a pipeline's folder with --into: ../../data/mine)."""
+    import os
+
+    home = HOME[0] if HOME else Path.cwd()
     try:
-        return source.resolve().relative_to(Path.cwd().resolve()).as_posix(), True
+        source.resolve().relative_to(home.resolve())
     except ValueError:
         return str(source.resolve()), False
+    return Path(os.path.relpath(source.resolve(), Path.cwd().resolve())).as_posix(), True
 
 
 def tracked(rel: str) -> bool:
@@ -264,14 +270,14 @@ def write_params(values: dict) -> None:
     write_bytes(PARAMS, text.encode())
 
 
-def artifact_block(task_name: str) -> str:
-    """dvc.yaml's `artifacts:` block for a task: its model, named after it."""
-    return (f"artifacts:\n  {task_name}:\n    type: model\n    path: models/model.onnx\n"
+def artifact_block(task_name: str, name: str | None = None) -> str:
+    """dvc.yaml's `artifacts:` block for a task: its model, named after it (or name)."""
+    return (f"artifacts:\n  {name or task_name}:\n    type: model\n    path: models/model.onnx\n"
             f"    desc: the {task_name} model exported to ONNX by the export stage, for predict "
             f"and serve\n    labels:\n      - {task_name}\n")
 
 
-def write_artifact(task_name: str) -> bool:
+def write_artifact(task_name: str, name: str | None = None) -> bool:
     """Replace dvc.yaml's `artifacts:` block (up to the next top-level key) with the task's;
     the rest of the file, comments included, is kept byte for byte. True when it changed."""
     import re
@@ -284,7 +290,7 @@ def write_artifact(task_name: str) -> bool:
     if not block.search(text):
         raise InitError("dvc.yaml has no `artifacts:` block followed by another top-level key: "
                         "restore the committed dvc.yaml (git checkout dvc.yaml).")
-    new = block.sub(lambda _m: artifact_block(task_name), text, count=1)
+    new = block.sub(lambda _m: artifact_block(task_name, name), text, count=1)
     if new != text:
         write_bytes(path, new.encode())
     return new != text
@@ -321,10 +327,15 @@ def own_choices(task, source: Path, raw: dict) -> list:
                    "labels.csv; YOLO or COCO; images + masks or nnU-Net; an OCR line list or "
                    "image + .txt pairs). It is only read. Default: the task's built-in sample "
                    "(data/sample, written by `dvc repro`'s sample stage).")
+@click.option("--into", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Another pipeline in this repository: a folder (pipelines/NAME) with its "
+                   "own params.yaml, dvc.yaml (the same stages; code from the root's stages/), "
+                   "data/, models/, metrics/; its artifact is pipelines/NAME:NAME. Run it with "
+                   "`dvc repro pipelines/NAME/dvc.yaml`.")
 @click.option("--force", is_flag=True,
               help="Overwrite params.yaml even when it has uncommitted changes (or is not in "
                    "a git repository).")
-def main(task_name, source, force):
+def main(task_name, source, into, force):
     """Set params.yaml up for a task and a dataset, then say what it chose and why.
 
     Run from the project root, then `dvc repro`. It reads the dataset's layout with the task's
@@ -338,7 +349,20 @@ def main(task_name, source, force):
 
     if not (PARAMS.is_file() and Path("dvc.yaml").is_file()):
         raise InitError("params.yaml and dvc.yaml not found: run init from the project root.")
-    refuse_uncommitted(force)
+    name, created = None, False
+    if into is not None:
+        import os
+
+        from tools.pipelines import make_folder
+
+        created = make_folder(into, force)
+        click.echo(f"init: pipeline {into.as_posix()} ({'new' if created else 'set up again'})")
+        HOME[:] = [Path.cwd()]
+        source = source.resolve() if source is not None else None
+        os.chdir(into)
+        name = into.name
+    if into is None or not created:  # a new folder's params.yaml is init's own copy
+        refuse_uncommitted(force)
     task = get(task_name)
     raw = yaml.safe_load(PARAMS.read_text()) or {}
     if source is None:
@@ -350,8 +374,9 @@ def main(task_name, source, force):
     values, lines = plan(raw, [("task", task.name, f"stages/tasks/{task.name}/"), *choices])
     write_params(values)
     click.echo("params.yaml:\n" + "\n".join(lines))
-    if write_artifact(task.name):
-        click.echo(f"dvc.yaml: artifact {task.name} (models/model.onnx; docs/registry.md)")
+    if write_artifact(task.name, name):
+        full = f"{into.as_posix()}:{name}" if into is not None else task.name
+        click.echo(f"dvc.yaml: artifact {full} (models/model.onnx; docs/registry.md)")
     from tools.plots_template import ensure, shown
 
     written = ensure()
@@ -367,9 +392,17 @@ def main(task_name, source, force):
             click.echo(f"version it: {rel} is outside the project, so DVC sees it only as a "
                        f"path; copy it under data/ and `dvc add` it there to version it.")
         elif not tracked(rel):
+            if HOME:  # --into: said as run from the root, where the user is
+                import os
+
+                rel = Path(os.path.relpath(source.resolve(), HOME[0].resolve())).as_posix()
             ignore = (Path(rel).parent / ".gitignore").as_posix()
             click.echo(f"version it: dvc add {rel} && git add {rel}.dvc {ignore} && git commit "
                        f"-m \"data: {Path(rel).name}\"")
+    if into is not None:
+        click.echo(f"next: dvc repro {into.as_posix()}/dvc.yaml  (from the root; dvc exp run in "
+                   f"{into.as_posix()}/)")
+        return
     click.echo("next: dvc repro  (or python -m tools.smoke first: a few images, 1 epoch)")
 
 

@@ -18,8 +18,9 @@ from stages.lib.io import sha256_file, write_json
 
 LOG_DIR = Path("logs")
 MANIFEST = Path("data/manifest.csv")
-LOCK_FILE = Path("requirements.lock")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the code's folder: the project root, also when a
+# pipeline of pipelines/NAME/ runs with its own folder as the working directory
+LOCK_FILE = ROOT / "requirements.lock"
 # The code that decides the exported bytes: all of it is a dep of the export stage in dvc.yaml,
 # so the hash in the metadata is the hash `dvc repro` would reproduce.
 EXPORT_CODE = ("stages/export.py", "stages/lib/formats.py", "stages/lib/hooks.py",
@@ -65,6 +66,34 @@ def git_state(root=".") -> dict:
     return {"git_commit": head.stdout.strip(), "git_dirty": dirty}
 
 
+def registry_state(root=".") -> list[dict]:
+    """[{"artifact", "version", "stages"}] registered at HEAD: GTO's git tags (NAME@v1.2.0 for a
+    version, NAME#STAGE#N for a stage: the highest N of a (NAME, STAGE) is the active one).
+    Git facts: for the untracked experiments page only, never for an out."""
+    proc = subprocess.run(["git", "--no-optional-locks", "for-each-ref", "refs/tags",
+                           "--format=%(refname:strip=2) %(*objectname) %(objectname)"],
+                          cwd=root, capture_output=True, text=True)
+    head = git_state(root)["git_commit"]
+    if proc.returncode != 0 or not head:
+        return []
+    versions, stages = {}, {}
+    for line in proc.stdout.splitlines():
+        tag, peeled, obj = (line.split(" ") + ["", ""])[:3]
+        commit = peeled or obj
+        name, at, version = tag.partition("@")
+        if at and commit == head:
+            versions.setdefault(name, []).append(version)
+        parts = tag.split("#")
+        if len(parts) in (2, 3):
+            number = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 0
+            best = stages.get((parts[0], parts[1]))
+            if best is None or number > best[0]:
+                stages[(parts[0], parts[1])] = (number, commit)
+    return [{"artifact": name.replace("=", ":"), "version": ", ".join(sorted(found)),
+             "stages": sorted(s for (n, s), (_, c) in stages.items() if n == name and c == head)}
+            for name, found in sorted(versions.items())]
+
+
 def run_record(stage: str, params) -> dict:
     """Everything needed to explain a run; call after torch is imported if the stage uses it."""
     record = {
@@ -102,7 +131,7 @@ def export_provenance(params_path, task_code, model) -> dict:
     code = hashlib.sha256()
     task_files = [Path(f).relative_to(ROOT).as_posix() for f in task_code]
     for path in sorted([*EXPORT_CODE, *task_files]):
-        code.update(f"{path}\0{sha256_file(path, missing='')}\n".encode())
+        code.update(f"{path}\0{sha256_file(ROOT / path, missing='')}\n".encode())
     # prepare's placement keys (workers, engine, ray_address) are not part of the result
     sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
                 for s in PROVENANCE_PARAMS}

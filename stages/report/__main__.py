@@ -39,10 +39,16 @@ def main(params_path, with_experiments, out_path):
                          f"{EXPERIMENTS_OUT} (the default).")
     git = shown = measured = None
     if with_experiments:
-        from stages.lib.provenance import LOG_DIR, git_state
+        from stages.lib.changes import dataset_version
+        from stages.lib.params import load
+        from stages.lib.provenance import LOG_DIR, git_state, registry_state
         from stages.report.facts import read_json
 
-        git, shown = git_state(), dvc_exp_show()
+        # git facts (the commit, its registered versions and stages, the dataset's registered
+        # version): this untracked page only, never the DVC out run.html
+        git = {**git_state(), "registry": registry_state(),
+               "dataset": dataset_version(load("data", params_path).source)}
+        shown = dvc_exp_show()
         record = LOG_DIR / "export.json"  # this machine's run record: untracked, like the page
         measured = read_json(record).get("metrics") if record.is_file() else None
     page = render(gather(params_path, out, task, git=git, experiments=shown, measured=measured),

@@ -153,15 +153,22 @@ def code_hashes(root=CODE_DIR) -> tuple[str, list[tuple[str, str]]]:
     """sha256 of every .py file of the pipeline's code (sorted), and one hash over them all."""
     from stages.lib.io import sha256_file
 
-    files = sorted(p.as_posix() for p in Path(root).rglob("*.py") if "__pycache__" not in p.parts)
-    pairs = [(f, sha256_file(f, missing="")) for f in files]
+    from stages.lib.provenance import ROOT
+
+    base = ROOT / root  # the code of the root, also for a pipeline under pipelines/NAME/
+    files = sorted((Path(root) / p.relative_to(base)).as_posix() for p in base.rglob("*.py")
+                   if "__pycache__" not in p.parts)
+    pairs = [(f, sha256_file(ROOT / f, missing="")) for f in files]
     total = hashlib.sha256("".join(f"{f}\0{h}\n" for f, h in pairs).encode()).hexdigest()
     return total, pairs
 
 
 def lock_facts(path=LOCK) -> tuple[str, dict[str, str]]:
-    """sha256 of requirements.lock and {normalised name: version} of its `name==version` lines."""
-    data = read_bytes(path)
+    """sha256 of requirements.lock and {normalised name: version} of its `name==version` lines
+    (the root's, also for a pipeline under pipelines/NAME/)."""
+    from stages.lib.provenance import ROOT
+
+    data = read_bytes(ROOT / path)
     return hashlib.sha256(data).hexdigest(), lock_versions(data.decode("utf-8"))
 
 

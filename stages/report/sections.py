@@ -39,7 +39,9 @@ def provenance(facts: Facts) -> str:
         commit = ('<td class="muted">not in this page: it is a DVC out, and a commit made after '
                   'the run cannot be its input. The hashes below name the code, data and params; '
                   '<code>python -m stages.report --experiments</code> writes '
-                  '<code>reports/experiments.html</code> with the commit.</td>')
+                  '<code>reports/experiments.html</code> with the commit, its registered '
+                  'versions and stages and the dataset\'s registered version '
+                  '(<code>python -m tools.registry show</code> lists them all).</td>')
     else:
         state = {True: "uncommitted changes", False: "clean", None: "not a git repository"}
         commit = (f'<td><code data-key="git.commit">{esc(git["git_commit"] or "-")}</code> '
@@ -47,6 +49,7 @@ def provenance(facts: Facts) -> str:
                   f'{esc(state[git["git_dirty"]])}</span></td>')
     ident = [
         f"<tr><th>git commit</th>{commit}</tr>",
+        *registry_rows(git),
         f'<tr><th>data version</th><td><code data-key="manifest_sha256">{manifest_sha}</code>'
         f"{check(model_meta.get('manifest_sha256'), manifest_sha)}"
         f'<div class="muted">sha256 of {esc(MANIFEST.as_posix())}: '
@@ -360,3 +363,25 @@ commit and the experiments on it. &#9733; marks the best value of each headline 
 BEFORE = [("provenance", "Provenance", provenance), ("data", "Data", data),
           ("training", "Training", training)]
 AFTER = [("export", "Export", export), ("experiments", "Experiments", experiments)]
+
+
+def registry_rows(git: dict | None) -> list[str]:
+    """The experiments page's rows of the registry's git facts: the artifacts registered at
+    the commit (name, version, active stages; GTO's tags) and data.source's registered version
+    (a `dvc import --rev NAME@v2.0.0`). None on run.html: git facts are no DVC out's input."""
+    if git is None:
+        return []
+    found = git.get("registry") or []
+    cells = "; ".join(f'<code data-key="registry.{esc(r["artifact"])}">{esc(r["artifact"])} '
+                      f'{esc(r["version"])}</code>'
+                      + "".join(f' <span class="badge ok">{esc(s)}</span>' for s in r["stages"])
+                      for r in found)
+    rows = [f"<tr><th>registered</th><td>{cells or 'this commit is no registered version'}"
+            f'<div class="muted">GTO\'s tags (python -m tools.registry show)</div></td></tr>']
+    data = git.get("dataset") or {}
+    if data:
+        rows.append(f'<tr><th>dataset</th><td><code data-key="dataset.rev">'
+                    f'{esc(data["rev"] or data["commit"][:8])}</code><div class="muted">'
+                    f'{esc(data["name"])} imported from {esc(data["url"])} (commit '
+                    f'{esc(data["commit"][:8])})</div></td></tr>')
+    return rows

@@ -27,6 +27,14 @@ def dvc(*args) -> subprocess.CompletedProcess:
     return run(sys.executable, "-m", "dvc", *args)
 
 
+def split_name(name: str) -> tuple[Path, str]:
+    """(folder of its dvc.yaml, name in it) of an artifact: `ocr` is the root's,
+    `pipelines/ocr:ocr` that of pipelines/ocr/dvc.yaml (tools.init --into; GTO's and DVC's
+    spelling; the tags write `pipelines/ocr=ocr@v1.0.0`)."""
+    folder, sep, short = name.rpartition(":")
+    return (Path(folder) if sep else Path("."), short)
+
+
 def declared(root: Path = Path(".")) -> dict:
     """{name: declaration} of dvc.yaml's `artifacts:`."""
     return (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("artifacts") or {}
@@ -39,8 +47,9 @@ def lock_outs(text: str) -> dict:
             for out in entry.get("outs", [])}
 
 
-def problems() -> list[str]:
-    """Each reason to refuse the working tree's commit, as one line with its fix."""
+def problems(folder: Path = Path(".")) -> list[str]:
+    """Each reason to refuse the working tree's commit, as one line with its fix; DVC's
+    checks cover the pipeline of folder's dvc.yaml (the root's: every pipeline)."""
     found = []
     status = run("git", "--no-optional-locks", "status", "--porcelain")
     if status.returncode != 0:
@@ -50,7 +59,8 @@ def problems() -> list[str]:
         found.append(f"uncommitted changes in {', '.join(files[:5])}"
                      f"{' ...' if len(files) > 5 else ''}: commit them (git add -A && git "
                      f"commit) or stash them (git stash -u), then register")
-    local = dvc("status", "--json")
+    targets = [] if folder == Path(".") else [(folder / "dvc.yaml").as_posix()]
+    local = dvc("status", "--json", *targets)
     changed = sorted(json.loads(local.stdout or "{}")) if local.returncode == 0 else None
     if changed is None:
         found.append(f"dvc status failed: {local.stderr.strip().splitlines()[-1:]}: fix the "
@@ -63,7 +73,7 @@ def problems() -> list[str]:
         found.append("no default DVC remote, so no other machine can fetch this version: add "
                      "one (dvc remote add -d NAME URL), commit .dvc/config and `dvc push`")
     else:
-        cloud = dvc("status", "--cloud", "--json")
+        cloud = dvc("status", "--cloud", "--json", *targets)
         if cloud.returncode != 0:
             found.append(f"the default remote '{remote.stdout.strip()}' cannot be read "
                          f"(dvc status --cloud: {cloud.stderr.strip().splitlines()[-1:]}): "
@@ -116,29 +126,68 @@ def facts(root: Path = Path(".")) -> dict:
 
 def register(name: str, version: str) -> str:
     """Register HEAD as name@version (refusals first); the created tag's name."""
-    from gto.api import register as gto_register
-    from gto.exceptions import GTOException
-
     from tools.registry.message import compose
 
     if not Path("dvc.yaml").is_file():
         raise RegistryError("dvc.yaml not found: run register from the project's root")
-    names = declared()
-    if name not in names:
-        raise RegistryError(f"{name} is not an artifact of dvc.yaml (artifacts: "
-                            f"{', '.join(sorted(names)) or 'none'}): register one of those, or "
-                            f"declare it (python -m tools.init --task T writes the task's)")
-    path = names[name].get("path", MODEL)
-    found = problems()
-    if not found and not lock_outs(Path("dvc.lock").read_text()).get(path):
+    folder, short = split_name(name)
+    if not (folder / "dvc.yaml").is_file():
+        raise RegistryError(f"{name}: no {(folder / 'dvc.yaml').as_posix()}: name a pipeline "
+                            f"folder's artifact as FOLDER:NAME (pipelines/ocr:ocr)")
+    names = declared(folder)
+    if short not in names:
+        raise RegistryError(f"{name} is not an artifact of {(folder / 'dvc.yaml').as_posix()} "
+                            f"(artifacts: {', '.join(sorted(names)) or 'none'}): register one of "
+                            f"those, or declare it (python -m tools.init --task T writes the "
+                            f"task's)")
+    path = names[short].get("path", MODEL)
+    if names[short].get("type") == "dataset":
+        return register_dataset(name, version, folder / path)
+    lock = folder / "dvc.lock"
+    found = problems(folder)
+    if not found and not (lock.is_file() and lock_outs(lock.read_text()).get(path)):
         found.append(f"dvc.lock records no {path} for {name}: run `dvc repro`, commit "
                      f"dvc.lock and `dvc push`, then register")
     if found:
         raise RegistryError(f"refusing to register {name} {version}:\n"
                             + "\n".join(f"  {line}" for line in found))
-    message = compose(name, version, facts())
+    return tag(name, version, compose(name, version, facts(folder)))
+
+
+def dataset_facts(path: Path) -> dict:
+    """The message's facts of a dataset `dvc add`ed at path: its md5 (the data version) and
+    its file count, from path.dvc."""
+    dvcfile = Path(f"{path}.dvc")
+    outs = (yaml.safe_load(dvcfile.read_text()) or {}).get("outs") or [{}] \
+        if dvcfile.is_file() else [{}]
+    md5 = str(outs[0].get("md5", ""))
+    files = outs[0].get("nfiles")
+    return {"headline": f"{files} files" if files is not None else "", "metrics": {},
+            "data": md5 or "none", "split": "none", "kernels": "none", "params": {}}
+
+
+def register_dataset(name: str, version: str, path: Path) -> str:
+    """Register HEAD as the dataset name@version: path is tracked by `dvc add` (path.dvc),
+    committed and pushed; the tag message holds its md5 and file count."""
+    from tools.registry.message import compose
+
+    found = problems(Path("."))
+    if not Path(f"{path}.dvc").is_file():
+        found.append(f"{path.as_posix()} is not tracked by `dvc add` (no {path.as_posix()}.dvc):"
+                     f" run `dvc add {path.as_posix()}`, commit the .dvc file and `dvc push`")
+    if found:
+        raise RegistryError(f"refusing to register {name} {version}:\n"
+                            + "\n".join(f"  {line}" for line in found))
+    return tag(name, version, compose(name, version, dataset_facts(path)))
+
+
+def tag(name: str, version: str, message: str) -> str:
+    """GTO's annotated tag of HEAD as name@version; its name."""
+    from gto.api import register as gto_register
+    from gto.exceptions import GTOException
+
     try:
         gto_register(".", name, ref="HEAD", version=version, message=message)
     except GTOException as exc:
         raise RegistryError(f"gto refused {name} {version}: {exc}") from None
-    return f"{name}@{version}"
+    return f"{name.replace(':', '=')}@{version}"  # GTO's tag: pipelines/ocr=ocr@v1.0.0
