@@ -57,7 +57,7 @@ class OCR(Task):
                                  "width only"),
     )
 
-    models = ("crnn",)
+    models = ("crnn", "crnn_large")  # stages/tasks/ocr/model.py SIZES
     task_keys = ("sample.lines", "validate.charset", "validate.max_aspect", "train.aug_stretch",
                  "train.aug_blur", "train.aug_stroke", "train.aug_shear", "train.aug_aspect",
                  "train.aug_elastic", "train.aug_texture", "train.aug_downscale",
