@@ -80,6 +80,24 @@ def test_synth_names_bad_input(tmp_path, fonts):
     assert proc.returncode == 2 and "--holdout Comic: no such font" in proc.stderr
 
 
+def test_real_lines_join_the_synthetic_ones(fonts, tmp_path):
+    from stages.tasks.ocr.sample import text_lines
+
+    for rel, data in text_lines(3):
+        (tmp_path / "real" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "real" / rel).write_bytes(data)
+    proc = run_tool("synth_ocr", "--fonts", fonts, "--words", fonts.parent / "words.txt",
+                    "--lines", "4", "--out", tmp_path / "o", "--real", tmp_path / "real")
+    assert proc.returncode == 0 and "and 3 of your own" in proc.stdout, proc.stderr
+    rows = [json.loads(x) for x in (tmp_path / "o" / "lines.jsonl").read_text().splitlines()]
+    real = [r for r in rows if r["group"] == "real"]
+    assert [r["path"] for r in real] == [f"real/images/0000{i}.pgm" for i in range(3)]
+    assert (tmp_path / "o" / real[0]["path"]).read_bytes() == \
+        (tmp_path / "real" / "images" / "00000.pgm").read_bytes()
+    truth = (tmp_path / "real" / "rec_gt.txt").read_text().splitlines()[0].split("\t")[1]
+    assert real[0]["text"] == truth and len(rows) == 7
+
+
 def test_held_out_fonts_never_reach_train(fonts, tmp_path):
     """Read as data.source (the JSONL layout's group and split keys), split.by given keeps the
     held-out font whole in test; split.by hash keeps each font whole in one split."""

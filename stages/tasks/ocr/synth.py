@@ -137,11 +137,13 @@ def png_bytes(pixels) -> bytes:
 
 
 def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
-               charset: str = "", holdout=(), style: Style = Style()) -> dict:
+               charset: str = "", holdout=(), style: Style = Style(), real=()) -> dict:
     """Write `lines` lines under out/images/ and their list out/lines.jsonl ({"path", "text",
     "group": the font, "font", "font_sha256", "split" (with holdout: test for a held-out font,
-    else train), and the draws}); the counts per font. Written to a temp folder then renamed, so
-    `out` appears whole; an existing `out` is replaced only when it holds a lines.jsonl."""
+    else train), and the draws}); the counts per font. real: [(file, relative path, text)] of
+    the user's own lines, copied under out/real/ and listed with group `real` (split train with
+    holdout). Written to a temp folder then renamed, so `out` appears whole; an existing `out`
+    is replaced only when it holds a lines.jsonl."""
     import os
     import shutil
 
@@ -177,6 +179,14 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
             row["split"] = "test" if names[k] in holdout else "train"
         rows.append(json.dumps(row, ensure_ascii=False, sort_keys=True))
         counts[names[k]] = counts.get(names[k], 0) + 1
+    for src, rel, text in sorted(real, key=lambda r: r[1]):
+        (tmp / "real" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, tmp / "real" / rel)
+        row = {"path": f"real/{rel}", "text": text, "group": "real"}
+        rows.append(json.dumps({**row, **({"split": "train"} if holdout else {})},
+                               ensure_ascii=False, sort_keys=True))
+    if real:
+        counts["real"] = len(real)
     (tmp / LIST).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     if out.exists():
         shutil.rmtree(out)
