@@ -14,11 +14,12 @@ of the line's own grey range (max - min), so they mean the same on normalised in
   x-height and a wider aspect; never taller, so nothing leaves the frame).
 - aug_elastic: a smooth random displacement (3 x 9 control points, bilinear), up to
   aug_elastic pixels: local warps of the strokes.
-- aug_texture: paper texture, smooth noise (4 x 24 control points) of amplitude aug_texture.
+- aug_texture: paper texture, smooth noise (4 x 24 control points) with a standard deviation
+  of up to aug_texture grey ranges.
 - aug_downscale: downscale by up to aug_downscale (factor 1 - u * aug_downscale) and back up
   (bilinear): the soft, blocky strokes of a low-resolution scan.
 - aug_jpeg: probability of JPEG-like artefacts: each 8x8 block's DCT coefficients quantised
-  with a step of 0.02-0.12 grey ranges (higher frequencies coarser), then transformed back.
+  with a step of 0.05-0.25 grey ranges (higher frequencies coarser), then transformed back.
 """
 import math
 
@@ -112,5 +113,5 @@ def augment(x, p, d):
                                             align_corners=False, antialias=True),
                               size=(h, w), mode="bilinear", align_corners=False)[0]
     if p.aug_jpeg and u[7] < p.aug_jpeg:
-        x = jpeg_like(x, 0.02 + 0.1 * u[8])
+        x = jpeg_like(x, 0.05 + 0.2 * u[8])
     return x
