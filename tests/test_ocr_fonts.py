@@ -212,3 +212,24 @@ def test_the_larger_reader_builds_and_reads_any_width():
     large.eval()
     with torch.no_grad():
         assert large(torch.zeros(2, 1, 32, 96)).shape == (2, 24, 88)
+
+
+def test_the_report_shows_cer_per_font_and_seen_against_unseen():
+    from types import SimpleNamespace
+
+    from stages.lib.io import csv_bytes, json_bytes
+    from stages.tasks.ocr.report import evaluation
+
+    table = [{"group": "DejaVuSerif", "seen": "no", "lines": 3, "characters": 30,
+              "cer": "0.100000", "line_accuracy": "0.666667"}]
+    files = {"per_class.json": json_bytes({"lower": 1.0}),
+             "cer_distribution.csv": csv_bytes([], ["bin", "lines"]),
+             "bad_cases.csv": csv_bytes([], ["path", "truth", "predicted", "cer", "confidence"]),
+             "confusions.csv": csv_bytes([], ["truth", "predicted", "count"])}
+    facts = SimpleNamespace(eval={"cer": 0.05, "cer_seen_groups": 0.01,
+                                  "cer_unseen_groups": 0.1, "lines": 6}, eval_files=files)
+    assert "CER per group" not in evaluation(facts)
+    files["per_group.csv"] = csv_bytes(table, list(table[0]))
+    html = evaluation(facts)
+    assert 'data-key="per_group.DejaVuSerif.cer" data-value="0.1"' in html
+    assert 'data-key="eval.cer_unseen_groups"' in html and "cer seen groups" in html
