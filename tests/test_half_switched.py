@@ -134,7 +134,9 @@ def test_the_tasks_model_lists_are_the_models_they_build():
 
     assert get("detection").models == (*CENTERNETS, *DETECTORS)
     assert get("segmentation").models == ("unet", "small_unet", *TORCHVISION)
-    assert get("ocr").models == ("crnn",) and get("classification").models == ("small_cnn",)
+    from stages.tasks.ocr.model import SIZES
+
+    assert get("ocr").models == tuple(SIZES) and get("classification").models == ("small_cnn",)
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -213,6 +213,16 @@ class Train:
     aug_jitter: float = knob(0.0, at_least=0.0)  # brightness/contrast jitter strength
     aug_stretch: float = knob(0.0, at_least=0.0, below=1.0)  # ocr: max horizontal squeeze
     aug_blur: float = knob(0.0, at_least=0.0, at_most=1.0)  # ocr: probability of a 3x3 blur
+    # ocr, strokes (stages/tasks/ocr/strokeaug.py; 0 = off): probability of a grey-level
+    # erode/dilate, max italic shear (tangent), max height squeeze, elastic warp (pixels), paper
+    # texture amplitude, max downscale-upscale loss, probability of JPEG-like artefacts
+    aug_stroke: float = knob(0.0, at_least=0.0, at_most=1.0)
+    aug_shear: float = knob(0.0, at_least=0.0, at_most=1.0)
+    aug_aspect: float = knob(0.0, at_least=0.0, below=1.0)
+    aug_elastic: float = knob(0.0, at_least=0.0, at_most=8.0)
+    aug_texture: float = knob(0.0, at_least=0.0, at_most=1.0)
+    aug_downscale: float = knob(0.0, at_least=0.0, below=1.0)
+    aug_jpeg: float = knob(0.0, at_least=0.0, at_most=1.0)
     # detection: half the images shrink by up to this factor onto a padded canvas; 1 = off
     aug_zoom_out: float = knob(1.0, at_least=1.0, at_most=4.0)
     # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random

@@ -57,9 +57,11 @@ class OCR(Task):
                                  "width only"),
     )
 
-    models = ("crnn",)
+    models = ("crnn", "crnn_large")  # stages/tasks/ocr/model.py SIZES
     task_keys = ("sample.lines", "validate.charset", "validate.max_aspect", "train.aug_stretch",
-                 "train.aug_blur", "prepare.height", "prepare.width", "prepare.width_buckets",
+                 "train.aug_blur", "train.aug_stroke", "train.aug_shear", "train.aug_aspect",
+                 "train.aug_elastic", "train.aug_texture", "train.aug_downscale",
+                 "train.aug_jpeg", "prepare.height", "prepare.width", "prepare.width_buckets",
                  "export.width_buckets")
 
     def param_problems(self, params, others):
@@ -189,9 +191,12 @@ class OCR(Task):
         return loss, cer
 
     def evaluate(self, outputs, targets, paths, images, meta, p):
-        from stages.tasks.ocr.metrics import evaluate
+        from stages.tasks.ocr.groups import group_metrics, summary
+        from stages.tasks.ocr.metrics import evaluate, scores
 
-        return evaluate(outputs, paths, images, meta, p)
+        metrics, files, line = evaluate(outputs, paths, images, meta, p)
+        more, more_files = group_metrics(files["predictions.csv"], scores)
+        return {**metrics, **more}, {**files, **more_files}, line + summary(more)
 
     def agree(self, reference, candidate):
         import numpy as np

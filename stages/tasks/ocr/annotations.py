@@ -2,7 +2,9 @@
 
 1. `rec_gt.txt`, PaddleOCR's recognition list: one `relative/path<TAB>text` per line;
 2. a JSONL file at the top (the first `*.jsonl` by name): one `{"path": ..., "text": ...}` per
-   line;
+   line, with optional string `group` (files sharing one never straddle splits: tools.synth_ocr
+   writes the font there) and `split` (train, val or test, for split.by: given); other keys are
+   ignored;
 3. otherwise pairs: `x.png` (any image) beside `x.txt` holding its transcript (UTF-8; one final
    newline is dropped).
 
@@ -27,8 +29,12 @@ LIST = "rec_gt.txt"
 BLANK = {"text": "", "text_sha256": "", "group": "", "timestamp": "", "split": ""}
 
 
-def text_values(text: str) -> dict:
-    return {**BLANK, "text": text, "text_sha256": hashlib.sha256(text.encode()).hexdigest()}
+OPTIONAL = ("group", "split")  # a JSONL line's optional keys that join the manifest
+
+
+def text_values(text: str, extra=None) -> dict:
+    return {**BLANK, **(extra or {}), "text": text,
+            "text_sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
 def parse_list(path: Path, kind: str):
@@ -50,6 +56,7 @@ def parse_list(path: Path, kind: str):
             continue
         if kind == "list":
             rel, tab, text = line.partition("\t")
+            extra = None
             if not tab:
                 problems.append(f"line {n} has no TAB between path and text")
                 continue
@@ -57,16 +64,19 @@ def parse_list(path: Path, kind: str):
             try:
                 item = json.loads(line)
                 rel, text = item["path"], item["text"]
-                if not isinstance(rel, str) or not isinstance(text, str):
+                extra = {k: item[k] for k in OPTIONAL if k in item}
+                if not isinstance(rel, str) or not isinstance(text, str) or not all(
+                        isinstance(v, str) for v in extra.values()):
                     raise TypeError
             except (ValueError, KeyError, TypeError):
-                problems.append(f"line {n} is not a JSON object with string `path` and `text`")
+                problems.append(f"line {n} is not a JSON object with string `path` and `text` "
+                                f"(and, when there, string `group` and `split`)")
                 continue
         rel = rel.strip().removeprefix("./")
         if rel in entries:
             errors.setdefault(rel, []).append(n)
             continue
-        entries[rel] = text
+        entries[rel] = (text, extra)
     if bad_lines:
         shown = ", ".join(map(str, bad_lines[:10])) + (" ..." if len(bad_lines) > 10 else "")
         problems.insert(0, f"not UTF-8 on {len(bad_lines)} line(s): {shown}; save it as UTF-8 "
@@ -92,7 +102,7 @@ def read_annotations(source: Path, listing: list) -> Annotations:
         if rel in out.skip:
             continue
         if rel in entries:
-            out.values[rel] = text_values(entries[rel])
+            out.values[rel] = text_values(*entries[rel])
         else:
             out.values[rel] = dict(BLANK)
             out.errors[rel] = ("unlabelled", f"unlabelled: not listed in {list_file}")
@@ -103,7 +113,7 @@ def read_annotations(source: Path, listing: list) -> Annotations:
             out.errors[rel] = ("unlabelled", "an empty folder")
     listed = {rel for rel, _, _ in listing}
     for rel in sorted(set(entries) - listed):
-        out.values[rel] = text_values(entries[rel])
+        out.values[rel] = text_values(*entries[rel])
         out.errors[rel] = ("missing", f"missing: listed in {list_file} but not found under "
                                       f"data.source"
                                       + (f"; its path holds {BOM_HELD}" if "\ufeff" in rel

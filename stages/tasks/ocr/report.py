@@ -31,6 +31,15 @@ def evaluation(facts) -> str:
     pair_rows = [f"<tr><td>{esc(repr(r['truth']) if r['truth'] else '(inserted)')}</td>"
                  f"<td>{esc(repr(r['predicted']) if r['predicted'] else '(deleted)')}</td>"
                  f"<td>{esc(r['count'])}</td></tr>" for r in pairs[:ROWS]]
+    groups = eval_file(facts, "per_group.csv") if "per_group.csv" in facts.eval_files else []
+    group_rows = [f"<tr><td>{esc(r['group'])}</td><td>{esc(r['seen'])}</td>"
+                  f"{num('per_group.' + r['group'] + '.cer', float(r['cer']))}"
+                  f"{num('per_group.' + r['group'] + '.lines', int(r['lines']))}</tr>"
+                  for r in groups]
+    group_html = (f"<h3>CER per group <span class=\"muted small\">(a font, for synthetic lines; "
+                  f"seen: training had lines of it)</span></h3>"
+                  f"{table(['group', 'seen in train', 'CER', 'lines'], group_rows, 'narrow')}"
+                  if group_rows else "")
     png = facts.eval_files.get("bad_cases.png")
     sheet = (f'<img class="sheet" alt="worst test lines: image, truth, prediction" '
              f'src="{png_uri(png)}">' if png else "<p class=\"muted\">No line is wrong.</p>")
@@ -43,7 +52,7 @@ def evaluation(facts) -> str:
 {table(["class", "accuracy"], class_rows, "numeric")}</div>
 <div><h3>CER distribution <span class="muted small">(lines per CER bin)</span></h3>
 {table(["CER", "lines"], hist_rows, "numeric")}</div>
-</div>
+</div>{group_html}
 <h3>Worst lines <span class="muted small">(highest CER first; black: truth, red: prediction)
 </span></h3>
 {sheet}

@@ -1,0 +1,198 @@
+"""Synthetic text lines from the user's font files (tools.synth_ocr): the layout data.source
+reads (a `lines.jsonl` list beside `images/`), with the font of every line in the list.
+
+Each line i is drawn by a numpy PCG64 generator seeded by (seed, i): its font is
+fonts[i % len(fonts)] (the fonts sorted by relative path, so every font gets the same share and
+`--holdout` fonts are whole), then 1-`words` words from the word list (cut to `max_chars`,
+characters outside `charset` dropped from the list beforehand), a font size, tracking (extra
+space between characters), a per-character baseline jitter, an italic shear (with probability
+`shear_p`), ink and paper grey levels, a Gaussian blur and Gaussian noise. The glyphs are
+rasterised by Pillow's FreeType with the BASIC layout (no raqm, no shaping library), one
+character at a time at its advance plus the tracking, into an 8-bit coverage mask; the rest is
+numpy elementwise arithmetic, then the line is resized to `height` (Pillow's LANCZOS) and
+written as PNG at a fixed compression level. The same font files with the same Pillow (and its
+bundled FreeType and zlib) give the same bytes; tests/test_ocr_synth.py runs it twice and
+compares hashes, and pins a hash for a DejaVu font matplotlib ships.
+"""
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LIST = "lines.jsonl"
+FONT_SUFFIXES = (".ttf", ".otf", ".ttc", ".pfb")
+
+
+@dataclass(frozen=True)
+class Style:
+    """The draws' ranges (the defaults resemble scanned or photographed print)."""
+    height: int = 32  # the written line height in pixels
+    size: tuple = (28, 44)  # font size in pixels (rendered, then scaled to `height`)
+    tracking: tuple = (-0.02, 0.12)  # extra space per character, in font sizes
+    jitter: float = 0.03  # baseline jitter: standard deviation in font sizes
+    shear_p: float = 0.2  # probability of an italic shear
+    shear: float = 0.25  # its largest tangent (either side)
+    paper: tuple = (170, 255)  # paper grey level
+    contrast: int = 80  # ink is at least this much darker than the paper
+    blur: tuple = (0.0, 1.2)  # Gaussian blur radius at the rendered size
+    noise: tuple = (0.0, 8.0)  # Gaussian noise standard deviation, grey levels
+    words: int = 3  # words per line, at most
+    max_chars: int = 24  # characters per line, at most
+
+
+def find_fonts(folder: Path) -> list[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"--fonts {folder}: not a folder; give a folder of .ttf/.otf files")
+    fonts = sorted((p for p in folder.rglob("*") if p.suffix.lower() in FONT_SUFFIXES
+                    and p.is_file()), key=lambda p: p.relative_to(folder).as_posix())
+    if not fonts:
+        raise ValueError(f"--fonts {folder}: no font file ({', '.join(FONT_SUFFIXES)}) in it")
+    return fonts
+
+
+def read_words(path: Path, charset: str = "") -> list[str]:
+    """The word list (whitespace-separated tokens of a UTF-8 file, in order, repeats kept),
+    without the words holding a character outside `charset` (when given)."""
+    try:
+        words = Path(path).read_text(encoding="utf-8").split()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--words {path}: not UTF-8 ({exc.reason} at byte {exc.start}); "
+                         f"save it as UTF-8") from None
+    allowed = set(charset)
+    if allowed:
+        words = [w for w in words if set(w) <= allowed]
+    if not words:
+        raise ValueError(f"--words {path}: no word" + (" made only of --charset's characters"
+                                                       if allowed else ""))
+    return words
+
+
+def font_name(font: Path, root: Path) -> str:
+    """The font's group: its path under --fonts without the suffix (DejaVuSans, serif/Foo)."""
+    return font.relative_to(root).with_suffix("").as_posix()
+
+
+def draw_text(rng, words, style: Style) -> str:
+    n = int(rng.integers(1, style.words + 1))
+    text = " ".join(words[int(i)] for i in rng.integers(0, len(words), n))
+    return text[:style.max_chars].strip() or words[0][:style.max_chars]
+
+
+def render(font_path: Path, text: str, rng, style: Style):
+    """(uint8 H x W grey line at style.height, the draws as a dict)."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    size = int(rng.integers(style.size[0], style.size[1] + 1))
+    font = ImageFont.truetype(str(font_path), size, layout_engine=ImageFont.Layout.BASIC)
+    tracking = float(rng.uniform(*style.tracking)) * size
+    offsets = rng.normal(0.0, style.jitter * size, len(text))
+    sheared = bool(rng.random() < style.shear_p)
+    shear = float(rng.uniform(-style.shear, style.shear)) if sheared else 0.0
+    paper = int(rng.integers(style.paper[0], style.paper[1] + 1))
+    ink = int(rng.integers(0, max(paper - style.contrast, 0) + 1))
+    blur = float(rng.uniform(*style.blur))
+    sigma = float(rng.uniform(*style.noise))
+    ascent, descent = font.getmetrics()
+    pad = size // 4
+    advances = [font.getlength(c) for c in text]
+    width = int(sum(advances) + tracking * max(len(text) - 1, 0)) + 2 * pad + size
+    height = ascent + descent + 2 * pad
+    mask = Image.new("L", (max(width, 1), height), 0)
+    draw = ImageDraw.Draw(mask)
+    x = float(pad + size // 2)
+    for c, adv, dy in zip(text, advances, offsets, strict=True):
+        if not c.isspace():  # coverage over coverage: the larger stays (fill 255 over it)
+            draw.text((round(x), pad + round(float(dy))), c, font=font, fill=255)
+        x += adv + tracking
+    if shear:  # x' = x + shear * (y - centre): the top leans right for shear > 0
+        mask = mask.transform(mask.size, Image.Transform.AFFINE,
+                              (1, shear, -shear * height / 2, 0, 1, 0),
+                              resample=Image.Resampling.BILINEAR)
+    cols = np.nonzero(np.asarray(mask).max(axis=0))[0]
+    if len(cols):
+        left, right = max(int(cols[0]) - pad, 0), min(int(cols[-1]) + pad + 1, mask.size[0])
+        mask = mask.crop((left, 0, right, height))
+    if blur > 0.05:
+        mask = mask.filter(ImageFilter.GaussianBlur(blur))
+    a = np.asarray(mask, dtype=np.float64) / 255.0
+    grey = paper + (ink - paper) * a + rng.normal(0.0, sigma, a.shape)
+    line = Image.fromarray(np.clip(np.rint(grey), 0, 255).astype(np.uint8))
+    out_w = max(1, round(line.size[0] * style.height / line.size[1]))
+    line = line.resize((out_w, style.height), Image.Resampling.LANCZOS)
+    draws = {"size": size, "tracking": round(tracking / size, 4), "shear": round(shear, 4),
+             "paper": paper, "ink": ink, "blur": round(blur, 3), "noise": round(sigma, 3)}
+    return np.asarray(line), draws
+
+
+def png_bytes(pixels) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG", compress_level=6)
+    return buf.getvalue()
+
+
+def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
+               charset: str = "", holdout=(), style: Style = Style(), real=()) -> dict:
+    """Write `lines` lines under out/images/ and their list out/lines.jsonl ({"path", "text",
+    "group": the font, "font", "font_sha256", "split" (with holdout: test for a held-out font,
+    else train), and the draws}); the counts per font. real: [(file, relative path, text)] of
+    the user's own lines, copied under out/real/ and listed with group `real` (split train with
+    holdout). Written to a temp folder then renamed, so `out` appears whole; an existing `out`
+    is replaced only when it holds a lines.jsonl."""
+    import os
+    import shutil
+
+    import numpy as np
+
+    fonts_dir, out = Path(fonts_dir), Path(out)
+    fonts = find_fonts(fonts_dir)
+    words = read_words(words_file, charset)
+    names = [font_name(f, fonts_dir) for f in fonts]
+    unknown = sorted(set(holdout) - set(names))
+    if unknown:
+        raise ValueError(f"--holdout {', '.join(unknown)}: no such font under {fonts_dir} "
+                         f"(fonts are named by path without suffix: {', '.join(names[:8])})")
+    if out.exists() and not (out / LIST).is_file():
+        raise ValueError(f"--out {out}: exists and is not a synth_ocr folder (no {LIST}); "
+                         f"give a new folder")
+    digests = [hashlib.sha256(f.read_bytes()).hexdigest() for f in fonts]
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "images").mkdir(parents=True)
+    digits = max(5, len(str(lines - 1)))
+    rows, counts = [], {}
+    for i in range(lines):
+        rng = np.random.default_rng([seed, i])
+        k = i % len(fonts)
+        text = draw_text(rng, words, style)
+        pixels, draws = render(fonts[k], text, rng, style)
+        rel = f"images/{i:0{digits}d}.png"
+        (tmp / rel).write_bytes(png_bytes(pixels))
+        row = {"path": rel, "text": text, "group": names[k], "font": names[k],
+               "font_sha256": digests[k], **draws}
+        if holdout:
+            row["split"] = "test" if names[k] in holdout else "train"
+        rows.append(json.dumps(row, ensure_ascii=False, sort_keys=True))
+        counts[names[k]] = counts.get(names[k], 0) + 1
+    for src, rel, text in sorted(real, key=lambda r: r[1]):
+        (tmp / "real" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, tmp / "real" / rel)
+        row = {"path": f"real/{rel}", "text": text, "group": "real"}
+        rows.append(json.dumps({**row, **({"split": "train"} if holdout else {})},
+                               ensure_ascii=False, sort_keys=True))
+    if real:
+        counts["real"] = len(real)
+    (tmp / LIST).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return dict(sorted(counts.items()))
+
+
+def style_dict(style: Style) -> dict:
+    return asdict(style)

@@ -1,0 +1,71 @@
+"""Synthetic OCR lines from your font files, in the layout `data.source` reads: `lines.jsonl`
+({"path", "text", "group": the font, ...} per line) beside `images/`. Seeded and deterministic
+for the same fonts, Pillow and FreeType; the font of every line is in the list (its `group`),
+so a split can hold whole fonts out (`--holdout NAME` writes split test for that font's lines
+and train for the rest; `split.by: given`). The renderer: stages/tasks/ocr/synth.py; the
+knobs and how to run it as a DVC stage: docs/ocr.md.
+
+    python -m tools.synth_ocr --fonts fonts/ --words words.txt --lines 2000 --out data/synth
+"""
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--fonts", "fonts", required=True, type=click.Path(path_type=Path),
+              help="Folder of .ttf/.otf/.ttc font files (searched recursively).")
+@click.option("--words", "words", required=True, type=click.Path(path_type=Path),
+              help="UTF-8 word list or corpus: whitespace-separated tokens.")
+@click.option("--lines", "lines", required=True, type=click.IntRange(min=1),
+              help="Lines to render (fonts in turn: line i uses font i mod #fonts).")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Folder to write (replaced whole when it is an earlier synth_ocr out).")
+@click.option("--seed", default=0, show_default=True, help="Line i draws from (seed, i).")
+@click.option("--charset", default="", help="Keep only words made of these characters.")
+@click.option("--holdout", multiple=True,
+              help="A font (its path under --fonts without suffix) whose lines go to test; "
+                   "the others to train (for split.by: given). Repeatable.")
+@click.option("--real", type=click.Path(path_type=Path, file_okay=False),
+              help="Your own lines (a folder in any OCR layout), copied under OUT/real/ and "
+                   "listed with group `real`: --lines then sets the synthetic share.")
+@click.option("--height", default=32, show_default=True, type=click.IntRange(min=8),
+              help="Written line height in pixels.")
+def main(fonts, words, lines, out, seed, charset, holdout, real, height):
+    """Render synthetic text lines from font files into a data.source folder."""
+    from stages.tasks.ocr.synth import Style, synthesize
+
+    try:
+        counts = synthesize(fonts, words, lines, out, seed, charset, tuple(holdout),
+                            Style(height=height), real_lines(real) if real else ())
+    except (ValueError, OSError) as exc:
+        click.echo(f"synth_ocr: {exc}", err=True)
+        sys.exit(2)
+    held = set(holdout)
+    for name, n in counts.items():  # "real": your own lines
+        click.echo(f"{n:6d}  {name}" + ("  (held out: test)" if name in held else ""))
+    real_n = counts.pop("real", 0) if real else 0
+    click.echo(f"wrote {lines} lines from {len(counts)} fonts"
+               + (f" and {real_n} of your own" if real else "") + f" to {out}/lines.jsonl")
+
+
+def real_lines(source: Path) -> list:
+    """[(file, relative path, text)] of the lines in source, read as data.source would be; a
+    ValueError naming the first problems when any entry has one."""
+    from stages.ingest import walk
+    from stages.tasks.ocr import TASK
+
+    if not source.is_dir():
+        raise ValueError(f"--real {source}: not a folder")
+    found = TASK.read_annotations(source, walk(source))
+    if found.errors:
+        named = "; ".join(f"{rel}: {why}" for rel, (_, why) in sorted(found.errors.items())[:5])
+        raise ValueError(f"--real {source}: {len(found.errors)} entries cannot be read "
+                         f"({named}); fix them or run the pipeline on it to see all")
+    return [(source / rel, rel, v["text"]) for rel, v in sorted(found.values.items())
+            if rel not in found.skip]
+
+
+if __name__ == "__main__":
+    main()
