@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import (DETECTION_TINY, OCR_TINY_RUN, ROOT, STAGES, built_once, copy_run,
                             detection_params, run_module)
+from tests.test_predict_registry import FIELDS, predict, rows
 from tests.test_registry import commit_all, gto, md5, registry
 from tools.project import copy_project, dvc, git, set_params
 
@@ -141,6 +142,19 @@ def test_artifacts_get_by_stage_writes_the_registered_pipelines_model(released, 
                     cwd=machine)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert md5(machine / "v1.onnx") == v1
+    # predict by the pipeline's name and stage writes the rows of the file fetched above
+    images = sorted((repo / "pipelines/ocr/data/sample").rglob("*.pgm"))[:3]
+    assert images
+    cache = tmp_path / "cache"
+    proc = predict(*images, "--model", f"{OCR}#prod", "--registry", released.origin,
+                   "--out", "by-name.jsonl", cwd=machine, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    proc = predict(*images, "--model", "model.onnx", "--out", "by-file.jsonl", cwd=machine,
+                   cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    by_name, by_file = rows(machine / "by-name.jsonl"), rows(machine / "by-file.jsonl")
+    assert [{k: v for k, v in r.items() if k not in FIELDS} for r in by_name] == by_file
+    assert {(r["artifact_version"], r["stage"]) for r in by_name} == {("v0.2.0", "prod")}
     shown = json.loads(registry("show", "--repo", str(released.origin), "--json",
                                 cwd=machine).stdout)
     assert [(r["artifact"], r["version"], r["stages"]) for r in shown] == [
