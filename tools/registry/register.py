@@ -148,9 +148,7 @@ def register(name: str, version: str) -> str:
     if not found and not (lock.is_file() and lock_outs(lock.read_text()).get(path)):
         found.append(f"dvc.lock records no {path} for {name}: run `dvc repro`, commit "
                      f"dvc.lock and `dvc push`, then register")
-    if found:
-        raise RegistryError(f"refusing to register {name} {version}:\n"
-                            + "\n".join(f"  {line}" for line in found))
+    refuse(name, version, found)
     return tag(name, version, compose(name, version, facts(folder)))
 
 
@@ -175,10 +173,15 @@ def register_dataset(name: str, version: str, path: Path) -> str:
     if not Path(f"{path}.dvc").is_file():
         found.append(f"{path.as_posix()} is not tracked by `dvc add` (no {path.as_posix()}.dvc):"
                      f" run `dvc add {path.as_posix()}`, commit the .dvc file and `dvc push`")
+    refuse(name, version, found)
+    return tag(name, version, compose(name, version, dataset_facts(path)))
+
+
+def refuse(name: str, version: str, found: list[str]) -> None:
+    """Raise one RegistryError listing every problem found, one line each with its fix."""
     if found:
         raise RegistryError(f"refusing to register {name} {version}:\n"
                             + "\n".join(f"  {line}" for line in found))
-    return tag(name, version, compose(name, version, dataset_facts(path)))
 
 
 def tag(name: str, version: str, message: str) -> str:
