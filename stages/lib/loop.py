@@ -196,7 +196,14 @@ def train_epoch(p, run: Run, ds, trainable, device, world, on_step, on_checkpoin
     train.grad_accum_steps of them (and at the last): (seconds spent, not counting
     checkpoint writes, and samples this rank saw). Uses run.model, run.state, run.ema,
     run.opt (its learning rate, for on_step) and run.eval_modules, and through
-    batch_backward and optimizer_step run.task, run.scaler and run.opt."""
+    batch_backward and optimizer_step run.task, run.scaler and run.opt.
+
+    No host sync per step: each batch's loss (and each step's gradient check) stays on the
+    device in `pending` and is read every train.sync_every batches, before a checkpoint and at
+    the epoch's end (Pending.flush): the loss sums, on_step and the non-finite check then run
+    over those batches in order, so the logged figures are those of a per-step read and a
+    NaN names the first batch that produced it. Steps after it have run on poisoned weights,
+    but only in memory: last.pt is written after a flush, so it keeps the last good state."""
     from tqdm import tqdm
 
     from stages.lib import hooks
@@ -212,42 +219,112 @@ def train_epoch(p, run: Run, ds, trainable, device, world, on_step, on_checkpoin
     tic = time.perf_counter()
     bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
                desc=f"epoch {epoch + 1}/{p.epochs}", unit="batch", leave=False)
+    pending = Pending(run, world, device, on_step, bar)
     for b, (idx, xb, yb) in enumerate(bar, start):
         window.append(idx)
-        value = batch_backward(p, run, xb, yb, device)
+        loss = batch_backward(p, run, xb, yb, device)
+        pending.watch(loss)
         last = b + 1 == len(ds)
         where = {"epoch": epoch, "batch": b, "step": st["step"] + 1}
+        seen += len(idx)
         if not (last or (b + 1) % p.grad_accum_steps == 0):
-            if not math.isfinite(value):
-                raise NonFinite({"what": f"loss {value}", **where, "indices": [idx]})
-            st["loss_sum"] += value * len(idx)
-            st["seen"] += len(idx)
-            seen += len(idx)
+            pending.add(loss, len(idx), where, [idx])
+            if len(pending) >= p.sync_every:
+                pending.flush()
             continue
-        optimizer_step(p, run, trainable, value, where, [idx], window, device, world)
-        st["loss_sum"] += value * len(idx)
-        st["seen"] += len(idx)
+        check = grad_check(p, run, trainable)
+        pending.add(loss, len(idx), where, [idx], check, window,
+                    (st["step"] + 1, run.opt.param_groups[0]["lr"]))
+        optimizer_step(p, run, check, pending)
         st["step"] += 1
         if run.ema is not None:
             run.ema.update(run.model, st["step"])
         st["batch"] = b + 1
         window = []
-        if on_step:
-            on_step(st["step"], value, run.opt.param_groups[0]["lr"])
         crash_hooks(st["step"], kill_at, interrupt_at)
+        if len(pending) >= p.sync_every:
+            pending.flush()
         if on_checkpoint and p.checkpoint_every_steps and not last \
                 and st["step"] % p.checkpoint_every_steps == 0:
+            pending.flush()  # a checkpoint holds only figures that were read and checked
             seconds += time.perf_counter() - tic
             on_checkpoint("step")
             tic = time.perf_counter()
-        seen += len(idx)
+    pending.flush()
     return seconds + time.perf_counter() - tic, seen
 
 
-def batch_backward(p, run: Run, xb, yb, device) -> float:
+class Pending:
+    """Batches trained but not yet read back: each one's loss (a 0-d device tensor) and, at an
+    optimiser step, the gradient check's value (norm or sum; None under fp16), kept on the
+    device until flush() reads them all in one transfer (one host sync), then adds the losses
+    to run.state in batch order, calls on_step for each step and raises NonFinite at the first
+    non-finite loss or gradient (under DDP: on any rank; one all_reduce per flush).
+
+    `bad` is a device flag (0-d float32) set by the first non-finite loss or gradient and never
+    cleared: AdamW (fused) skips every step while it is set (its found_inf, as a GradScaler
+    uses it), so the weights stay those of the last good step with no host sync. SGD has no
+    such input: with it the flag is read at each step (one sync a step)."""
+
+    def __init__(self, run, world, device, on_step, bar=None):
+        self.run, self.world, self.device, self.on_step, self.bar = run, world, device, on_step, bar
+        self.items = []
+        self.bad = None
+
+    def watch(self, value) -> None:
+        """Latch `bad` when value (a 0-d device tensor: a loss, a gradient norm) is not
+        finite; on the value's device, no sync."""
+        import torch
+
+        now = (~torch.isfinite(value.detach())).float()
+        self.bad = now if self.bad is None else torch.maximum(self.bad, now)
+
+    def __len__(self):
+        return len(self.items)
+
+    def add(self, loss, n, where, batch, check=None, window=None, step=None):
+        self.items.append((loss, n, where, batch, check, window, step))
+
+    def flush(self) -> None:
+        if not self.items:
+            return
+        import torch
+
+        from stages.lib.distributed import reduce
+
+        items, self.items = self.items, []
+        values = [loss.detach().double().reshape(1) for loss, *_ in items]
+        checks = [(c[0].detach().double().reshape(1) if c is not None else
+                   values[i].new_zeros(1)) for i, (_, _, _, _, c, _, _) in enumerate(items)]
+        read = torch.cat(values + checks).tolist()  # the one host sync
+        losses, norms = read[:len(items)], read[len(items):]
+        bad = []
+        for (_, _, _, _, check, _, _), value, norm in zip(items, losses, norms, strict=True):
+            bad += [not math.isfinite(value), check is not None and not math.isfinite(norm)]
+        bad = [bool(x) for x in reduce(bad, self.world, self.device, "max")]
+        st = self.run.state
+        for k, (_, n, where, batch, check, window, step) in enumerate(items):
+            value, norm = losses[k], norms[k]
+            if bad[2 * k] or bad[2 * k + 1]:  # the position of the last good step
+                st["step"] = where["step"] - 1
+            if bad[2 * k]:
+                raise NonFinite({"what": f"loss {value}", **where, "indices": batch})
+            if bad[2 * k + 1]:
+                raise NonFinite({"what": f"gradient {check[1]} {norm}", **where,
+                                 "indices": window})
+            st["loss_sum"] += value * n
+            st["seen"] += n
+            if step is not None and self.on_step:
+                self.on_step(step[0], value, step[1])
+        if self.bar is not None and getattr(self.bar, "disable", True) is False:
+            self.bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+
+
+def batch_backward(p, run: Run, xb, yb, device):
     """One batch's forward and the task's loss (under autocast with train.precision bf16 or
     fp16), and its backward, scaled for gradient accumulation (and by the GradScaler with
-    fp16): the loss's value."""
+    fp16): the loss, a detached 0-d tensor on the device (read back by Pending.flush, never
+    here: no host sync per step)."""
     import torch
 
     from stages.lib.models import forward_loss
@@ -260,38 +337,48 @@ def batch_backward(p, run: Run, xb, yb, device) -> float:
         loss = forward_loss(run.model, xb, yb, run.task.loss, p)
     scaled = loss if p.grad_accum_steps == 1 else loss / p.grad_accum_steps
     (run.scaler.scale(scaled) if p.precision == "fp16" else scaled).backward()
-    return loss.item()
+    return loss.detach()
 
 
-def optimizer_step(p, run: Run, trainable, value, where, batch, window, device, world) -> None:
-    """Unscale (fp16), clip (train.grad_clip) or check the gradients, then step. A non-finite
-    loss (batch: its indices) or gradient (window: the indices of every batch since the last
-    step) on any rank raises NonFinite on every rank, before the step. fp16 checks no
-    gradients: its GradScaler skips an overflowing step itself."""
+def grad_check(p, run: Run, trainable):
+    """Unscale (fp16), then clip (train.grad_clip) or sum the gradients: (the norm or sum, a
+    0-d device tensor, "norm" or "sum") for the non-finite check, or None under fp16, whose
+    GradScaler skips an overflowing step itself. Nothing is read back here."""
     import torch
 
-    from stages.lib.distributed import reduce
-
-    opt, scaler = run.opt, run.scaler
     fp16 = p.precision == "fp16"
-    check_grads = not fp16
     if fp16:
-        scaler.unscale_(opt)
+        run.scaler.unscale_(run.opt)
     if p.grad_clip > 0:
-        norm, kind = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip), "norm"
-    elif check_grads:  # any nan or inf makes the sum non-finite; cheaper than a norm
-        norm, kind = torch.stack([q.grad.sum() for q in trainable
-                                  if q.grad is not None]).sum(), "sum"
-    bad = [not math.isfinite(value), check_grads and not torch.isfinite(norm).item()]
-    bad = [bool(x) for x in reduce(bad, world, device, "max")]  # every rank stops together
-    if any(bad):
-        what = f"loss {value}" if bad[0] else f"gradient {kind} {norm.item()}"
-        raise NonFinite({"what": what, **where, "indices": batch if bad[0] else window})
-    if fp16:  # the GradScaler skips a step whose gradients overflowed
+        norm = torch.nn.utils.clip_grad_norm_(trainable, p.grad_clip)
+        return None if fp16 else (norm, "norm")
+    if fp16:
+        return None
+    # any nan or inf makes the sum non-finite; cheaper than a norm
+    return torch.stack([q.grad.sum() for q in trainable if q.grad is not None]).sum(), "sum"
+
+
+def optimizer_step(p, run: Run, check, pending) -> None:
+    """Step (through the GradScaler with fp16), unless a loss or gradient since the run began
+    was non-finite (pending.bad): that step and every later one are skipped on the device
+    (AdamW's found_inf), and the next Pending.flush raises NonFinite naming the first bad
+    batch; last.pt, written only after a flush, keeps the last good state."""
+    opt, scaler = run.opt, run.scaler
+    if check is None:  # fp16: the GradScaler skips a step whose gradients overflowed
         scaler.step(opt)
         scaler.update()
     else:
-        opt.step()
+        pending.watch(check[0])
+        if p.optimizer == "adamw":  # skips the step on the device while `bad` is set
+            opt.found_inf = pending.bad
+            try:
+                opt.step()
+            finally:
+                del opt.found_inf
+        else:  # SGD has no found_inf: read the flag (a host sync) and stop before the step
+            if pending.bad.item():
+                pending.flush()
+            opt.step()
     opt.zero_grad(set_to_none=True)
 
 

@@ -256,6 +256,9 @@ class Train:
     # epoch's, or best.pt's (the epoch train.best_metric liked best)
     keep: str = knob("last", choices=("last", "best"))
     device: str = "auto"  # auto (a GPU when one is visible) | cpu | cuda | cuda:N
+    # read the losses and the non-finite check back from the device every N batches (and
+    # before a checkpoint, at the epoch's end): no host sync per step; never changes results
+    sync_every: int = knob(50, at_least=1)
 
     def problems(self) -> list[str]:
         out = []
