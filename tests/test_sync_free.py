@@ -32,7 +32,7 @@ def test_the_logged_losses_and_weights_do_not_depend_on_sync_every(knobs):
     for run, steps, epochs in others:
         assert steps == steps1 and epochs == epochs1  # every float identical
         assert all(torch.equal(a, b) for a, b in zip(run.model.state_dict().values(),
-                                                     run1.model.state_dict().values()))
+                                                     run1.model.state_dict().values(), strict=True))
 
 
 @pytest.mark.parametrize("sync_every", [1, 4, 50])
@@ -68,5 +68,5 @@ def test_a_nan_at_a_known_batch_is_named_with_its_step_and_later_steps_change_no
         fit(dataclasses.replace(p, sync_every=1), ref, (x, y, x, y),
             on_step=lambda s, *_: steps.append(s))
     assert steps == [1, 2, 3]
-    for (name, a), b in zip(run.model.named_parameters(), ref.model.parameters()):
+    for (name, a), b in zip(run.model.named_parameters(), ref.model.parameters(), strict=True):
         assert torch.isfinite(a).all() and torch.equal(a, b), name
