@@ -301,6 +301,22 @@ class Task:
         augmentation, which leaves a target that does not depend on geometry unchanged."""
         return self.modality.augment(x, p, seed), y
 
+    def augment_batch(self, x, y, p, seeds):
+        """augment() of a whole batch (x: N x ..., y: its targets, on the batch's device; seeds:
+        each sample's (seed, epoch, index) seed), as batched tensor ops drawing each sample's
+        parameters exactly as augment draws them; train uses it on a GPU (train.batch_augment).
+        Optional: by default the modality's batched augmentation when the task keeps the
+        default augment and the modality has one (image: stages/lib/modality/imagebatch.py),
+        otherwise augment per sample, stacked (same bytes, one sample at a time), so a task
+        with only augment still trains everywhere."""
+        import torch
+
+        batched = getattr(self.modality, "augment_batch", None)
+        if type(self).augment is Task.augment and batched is not None:
+            return batched(x, p, seeds), y
+        pairs = [self.augment(xi, yi, p, int(s)) for xi, yi, s in zip(x, y, seeds, strict=True)]
+        return torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])
+
     def loss(self, outputs, targets, p):
         """The training loss (a scalar tensor) of one batch: the shared loop calls
         loss(model(x), targets, p) (stages/lib/models.py forward_loss, which sums the losses

@@ -24,7 +24,9 @@ INTERFACE, by pipeline step (image: stages/lib/modality/image.py and its parts):
   LETTERBOX (what meta.json records of a letterboxed input).
 - train, evaluate, export, predict, serve: normalize(batch, mean, std) (stored samples to
   model input), input_spec(meta) (one model input's shape), augment(x, p, seed) (the default
-  augmentation of one model input).
+  augmentation of one model input); optional, outside INTERFACE: augment_batch(x, p, seeds)
+  (the same as batched tensor ops on the batch's device; without it a task augments per
+  sample).
 - predict, serve: read(src, size, channels, limit, letterbox) (the guarded decode: a
   modality.errors.BadInput naming what is wrong), read_header(src, channels, limit, budget,
   size) (the decode's cost, before decoding), read_drafted(src, size, channels, draft,

@@ -5,10 +5,12 @@ from the parts that hold them. What a task whose inputs are images gets as `Task
   (header facts, a full decode, the perceptual hash), the fingerprint, the input's shapes.
 - imagegate.py: validate's per-file checks (format, size, pixel count, mode, bit depth...).
 - imagefit.py: prepare's auto size and channels, from the headers.
-- imageaug.py: the default augmentation.
+- imageaug.py: the default augmentation; imagebatch.py: the same as batched tensor ops (optional
+  augment_batch, what train runs on a GPU).
 - imageserve.py: predict's and serve's guarded decode (pixel limit, decode budget, drafts).
 """
 from stages.lib.modality.imageaug import augment  # noqa: F401
+from stages.lib.modality.imagebatch import augment_batch  # noqa: F401
 from stages.lib.modality.imagecore import (  # noqa: F401
     FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, decode, fingerprint, input_shape, input_spec,
     inspect, line_buckets, normalize, thumbnail, warmup_input)

@@ -228,6 +228,11 @@ class Detection(Task):
 
         return augment(x, y, p, seed)
 
+    def augment_batch(self, x, y, p, seeds):
+        from stages.tasks.detection.augment import augment_batch
+
+        return augment_batch(x, y, p, seeds)
+
     def loss(self, outputs, targets, p):
         from stages.tasks.detection.model import loss
 

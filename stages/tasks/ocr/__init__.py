@@ -165,6 +165,11 @@ class OCR(Task):
 
         return augment(x, p, seed), y
 
+    def augment_batch(self, x, y, p, seeds):
+        from stages.tasks.ocr.augment import augment_batch
+
+        return augment_batch(x, p, seeds), y
+
     def loss(self, outputs, targets, p):
         """CTC with zero_infinity=True, deliberately: a line CTC cannot align (more labels than
         frames allow) has an infinite loss, and one such line would make the batch's loss and

@@ -143,6 +143,11 @@ class Segmentation(Task):
 
         return augment(x, y, p, seed)
 
+    def augment_batch(self, x, y, p, seeds):
+        from stages.tasks.segmentation.transforms import augment_batch
+
+        return augment_batch(x, y, p, seeds)
+
     def loss(self, outputs, targets, p):
         from stages.tasks.segmentation.transforms import loss
 

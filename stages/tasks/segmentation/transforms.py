@@ -76,3 +76,30 @@ def val_sums(outputs, targets) -> tuple:
         present = union > 0
         miou += float((tp[present] / union[present]).mean()) if present.any() else 1.0
     return float(per_image.sum()), miou
+
+
+def augment_batch(x, y, p, seeds):
+    """augment() of a batch (x: N x C x H x W, y: N x H x W uint8 masks, on any device) as
+    batched ops (stages/lib/modality/imagebatch.py): the masks' nearest crop, the flips, the
+    rotations (nearest, the mask filled with IGNORE) and the jitter give the per-sample bytes;
+    the image's bilinear crop is within 1e-5 of them."""
+    from stages.lib.modality import imagebatch as ib
+
+    u, _, _ = ib.draws(seeds)
+    n, c, h, w = x.shape
+    if p.aug_crop_scale < 1.0:
+        boxes = ib.crop_boxes(u, h, w, p.aug_crop_scale)
+        x = ib.resize_regions(x, boxes)
+        y = ib.nearest_regions(y, boxes)
+    if p.aug_hflip > 0:
+        flips = u.double()[:, 4] < p.aug_hflip
+        x, y = ib.flip(x, flips), ib.flip(y, flips)
+    if p.aug_rotate > 0:
+        angles = [(2 * r[5] - 1) * p.aug_rotate for r in u.tolist()]
+        fill = x.amin(dim=(1, 2, 3))[:, None].expand(-1, c)
+        x = ib.rotate(x, angles, fill)
+        ignore = torch.full((n, 1), float(IGNORE), device=x.device)
+        y = ib.rotate(y[:, None].float(), angles, ignore)[:, 0].to(y.dtype)
+    if p.aug_jitter > 0:
+        x = ib.jitter(x, *ib.jitter_factors(u, p.aug_jitter))
+    return x.contiguous(), y.contiguous()
