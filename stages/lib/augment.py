@@ -85,6 +85,12 @@ class EpochBatches:
             return len(self.plan)
         return (len(self.indices) + self.batch_size - 1) // self.batch_size
 
+    def batch_index(self, b):
+        """(sample indices, bucket width or None) of batch b: what __getitem__ reads."""
+        if self.plan is not None:
+            return self.plan[b]
+        return self.indices[b * self.batch_size:(b + 1) * self.batch_size], None
+
     def __getitem__(self, b):
         import torch
 

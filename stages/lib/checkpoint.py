@@ -27,7 +27,8 @@ PROCESSED = Path("data/processed")
 TRAIN_SPLIT = Path("data/split/train.csv")
 
 # train params that cannot change the weights: a run may resume with another value
-RESULT_NEUTRAL = ("num_workers", "checkpoint_every_steps", "rdzv_endpoint")
+RESULT_NEUTRAL = ("num_workers", "checkpoint_every_steps", "rdzv_endpoint", "sync_every",
+                  "device_data_share")
 
 # train params that never change the training itself: left out of the checkpoint and of the
 # resume fingerprint (train.keep only picks which weights become model.pt; the device is in
@@ -39,8 +40,8 @@ def code_files() -> list[Path]:
     """The source files whose change invalidates a checkpoint."""
     here = Path(__file__).resolve().parent
     return [here.parent / "train.py", here / "models.py", here / "augment.py",
-            here / "checkpoint.py", *sorted((here / "modality").glob("*.py")),
-            here / "finetune.py", here / "loop.py", here / "distributed.py", here / "trainlog.py"]
+            here / "checkpoint.py", here / "devicedata.py",
+            *sorted((here / "modality").glob("*.py")), here / "finetune.py", here / "loop.py", here / "distributed.py", here / "trainlog.py"]
 
 
 def fingerprint(params: dict, data_files, code=None) -> dict:

@@ -17,6 +17,7 @@ torch is imported inside the functions: a stage's --help never loads it.
 import contextlib
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ class Run:
     state: dict
     widths: tuple | None = None
     trained_on: dict | None = None
+    source: Any = None  # stages/lib/devicedata.py Source: batches built on the device
 
 
 def lr_factor(p, epoch: int) -> float:
@@ -157,6 +159,14 @@ def fit(p, run: Run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank
 
     x_train, y_train, x_val, y_val = data
     trainable = [q for q in run.model.parameters() if q.requires_grad]
+    if run.source is None and run.state["epoch"] < p.epochs:
+        from stages.lib.devicedata import Source, use_device_batches
+
+        if use_device_batches(p, device):  # train.device_batches
+            run.source = Source(x_train, y_train, device, p.device_data_share,
+                                run.task.modality)
+            print(f"train: batches built on {device}: {run.source.describe()}",
+                  file=sys.stderr, flush=True)
     while run.state["epoch"] < p.epochs:
         epoch = run.state["epoch"]
         ds = epoch_batches(p, run, x_train, y_train, epoch, rank, world)
@@ -217,7 +227,9 @@ def train_epoch(p, run: Run, ds, trainable, device, world, on_step, on_checkpoin
     interrupt_at = int(hooks.value("INTERRUPT_AT_STEP") or 0)
     start, window, seconds, seen = st["batch"], [], 0.0, 0
     tic = time.perf_counter()
-    bar = tqdm(batches(ds, start, p.num_workers), total=len(ds) - start, disable=None,
+    source = (run.source.batches(ds, start, run.task, p, epoch) if run.source is not None
+              else batches(ds, start, p.num_workers))
+    bar = tqdm(source, total=len(ds) - start, disable=None,
                desc=f"epoch {epoch + 1}/{p.epochs}", unit="batch", leave=False)
     pending = Pending(run, world, device, on_step, bar)
     for b, (idx, xb, yb) in enumerate(bar, start):

@@ -259,6 +259,12 @@ class Train:
     # read the losses and the non-finite check back from the device every N batches (and
     # before a checkpoint, at the epoch's end): no host sync per step; never changes results
     sync_every: int = knob(50, at_least=1)
+    # batches read, normalised and augmented on the device (stages/lib/devicedata.py): auto =
+    # on a GPU only (on the CPU the per-sample path keeps its bytes) | on | off
+    device_batches: str = knob("auto", choices=("auto", "on", "off"))
+    # the train split stays on the device when it fits in this share of its free memory;
+    # otherwise it streams batch by batch through pinned memory
+    device_data_share: float = knob(0.5, above=0.0, at_most=1.0)
 
     def problems(self) -> list[str]:
         out = []

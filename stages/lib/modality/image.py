@@ -13,7 +13,7 @@ from stages.lib.modality.imageaug import augment  # noqa: F401
 from stages.lib.modality.imagebatch import augment_batch  # noqa: F401
 from stages.lib.modality.imagecore import (  # noqa: F401
     FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, decode, fingerprint, input_shape, input_spec,
-    inspect, line_buckets, normalize, thumbnail, warmup_input)
+    inspect, line_buckets, normalize, normalize_tensor, thumbnail, warmup_input)
 from stages.lib.modality.imagefit import choose_shape, header, header_facts  # noqa: F401
 from stages.lib.modality.imagegate import CHECKS, check_columns, expectations, reason  # noqa: F401
 from stages.lib.modality.imageserve import read, read_drafted, read_header, sized  # noqa: F401
