@@ -41,7 +41,8 @@ def code_files() -> list[Path]:
     here = Path(__file__).resolve().parent
     return [here.parent / "train.py", here / "models.py", here / "augment.py",
             here / "checkpoint.py", here / "devicedata.py",
-            *sorted((here / "modality").glob("*.py")), here / "finetune.py", here / "loop.py", here / "distributed.py", here / "trainlog.py"]
+            *sorted((here / "modality").glob("*.py")), here / "finetune.py", here / "loop.py",
+            here / "distributed.py", here / "trainlog.py"]
 
 
 def fingerprint(params: dict, data_files, code=None) -> dict:
