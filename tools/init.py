@@ -253,6 +253,21 @@ def plan(raw: dict, choices: list) -> tuple[dict, list]:
     return values, lines
 
 
+def with_gpu_recipe(raw: dict, values: dict, lines: list) -> tuple[dict, list]:
+    """values and lines with the GPU recipe (tools/gpu_recipe.py: a batch that fills the GPU,
+    the lr scaled, the warm-up lengthened) when this machine has a GPU; as they are on the
+    CPU."""
+    from tools import gpu_recipe
+    from tools.params_text import flat, render
+
+    extra = gpu_recipe.choices({**defaults(), **flat(raw), **values})
+    for key, value, why in extra:
+        values[key] = value
+        lines = [line for line in lines if not line.startswith(f"  {key}: ")]
+        lines.append(f"  {key}: {render(value)}  ({why})")
+    return values, lines
+
+
 def write_params(values: dict) -> None:
     """params.yaml with values set, comments kept; checked by the params loader first."""
     import yaml
@@ -372,6 +387,7 @@ def main(task_name, source, into, force):
         click.echo(f"init: task {task.name} on {source}")
         choices = own_choices(task, source, raw)
     values, lines = plan(raw, [("task", task.name, f"stages/tasks/{task.name}/"), *choices])
+    values, lines = with_gpu_recipe(raw, values, lines)
     write_params(values)
     click.echo("params.yaml:\n" + "\n".join(lines))
     if write_artifact(task.name, name):
