@@ -92,3 +92,37 @@ def test_the_link_checker_finds_a_missing_file_and_a_missing_heading(tmp_path):
                     "`[in code](missing.md)`\n\n```\n[in a block](missing.md)\n```\n")
     assert broken_links(page, root=tmp_path) == ["page.md:4: (missing.md) no such file",
                         "page.md:4: (other.md#nowhere) no heading #nowhere in other.md"]
+
+
+def command_lines(path: Path) -> list[str]:
+    """The command lines of a page's bash code blocks."""
+    out, fenced, lang = [], False, ""
+    for line in path.read_text().splitlines():
+        m = FENCE.match(line)
+        if m:
+            fenced, lang = not fenced, line.strip()[3:].strip()
+            continue
+        if fenced and lang == "bash" and line.strip() and not line.startswith("#"):
+            out.append(line.strip())
+    return out
+
+
+def test_every_command_block_of_the_gpu_page_names_real_modules_options_and_files(
+        tmp_path, monkeypatch):
+    """docs/gpu.md's commands: each `python -m MODULE ARGS` parses with that module's own
+    click command (options exist, values are accepted; nothing runs; the input files a
+    command names, such as have.txt, stand in empty), each script exists."""
+    import importlib
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "have.txt").write_text("")
+    lines = command_lines(ROOT / "docs/gpu.md")
+    assert any("bench.gpu_busy" in line for line in lines)
+    for line in lines:
+        words = [w for w in shlex.split(line) if "=" not in w or w.startswith("-")]
+        if words[:2] == ["python", "-m"]:
+            command = importlib.import_module(words[2]).main
+            command.make_context(words[2], words[3:])  # raises on an unknown option
+        else:
+            assert words[0] == "bash" and (ROOT / words[1]).is_file(), line
