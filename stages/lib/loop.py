@@ -297,6 +297,13 @@ class Pending:
     def add(self, loss, n, where, batch, check=None, window=None, step=None):
         self.items.append((loss, n, where, batch, check, window, step))
 
+    def any_bad(self) -> bool:
+        """Whether `bad` is set on any rank (a host sync; one all_reduce under DDP, so every
+        rank flushes, and stops, together)."""
+        from stages.lib.distributed import reduce
+
+        return bool(reduce([float(self.bad.item())], self.world, self.device, "max")[0])
+
     def flush(self) -> None:
         if not self.items:
             return
@@ -388,7 +395,7 @@ def optimizer_step(p, run: Run, check, pending) -> None:
             finally:
                 del opt.found_inf
         else:  # SGD has no found_inf: read the flag (a host sync) and stop before the step
-            if pending.bad.item():
+            if pending.any_bad():
                 pending.flush()
             opt.step()
     opt.zero_grad(set_to_none=True)
