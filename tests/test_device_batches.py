@@ -100,3 +100,22 @@ def test_batched_augmentations_make_no_cpu_tensor_on_the_meta_device(task, knobs
          "ocr": torch.empty(4, 6, dtype=torch.int64, device="meta")}[task]
     gx, gy = get(task).augment_batch(x, y, Train(**knobs), list(range(4)))
     assert gx.device.type == gy.device.type == "meta" and gx.shape == x.shape
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_the_device_path_makes_no_cpu_tensor_on_the_meta_device(tmp_path, monkeypatch, resident):
+    """The device path (resident gather or streamed copy, normalise, batched augmentation) with
+    the meta device standing in for a GPU: a CPU-made tensor mixed in would raise."""
+    from stages.lib import devicedata
+    from stages.lib.augment import EpochBatches, epoch_order
+
+    (x, y, _), _ = processed(tmp_path, channels=3)
+    monkeypatch.setattr(devicedata, "free_bytes", lambda device: 2 ** 40 if resident else 0)
+    p = Train(batch_size=8, aug_crop_scale=0.6, aug_hflip=0.5, aug_rotate=10.0, aug_jitter=0.2)
+    ds = EpochBatches(x, y, epoch_order(len(x), 0, 0), 8, p, 0, default_task())
+    source = Source(x, y, "meta", 0.5, default_task().modality)
+    assert source.resident == resident
+    got = list(source.batches(ds, 0, default_task(), p, 0))
+    assert len(got) == len(ds)
+    assert all(xb.device.type == yb.device.type == "meta" and xb.shape[1:] == (3, 8, 8)
+               for _, xb, yb in got)

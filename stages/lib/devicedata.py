@@ -89,7 +89,7 @@ class Source:
 
         x, y = self.x[idx], self.y[idx]
         x = cut(x, width, self.normalize is not None)
-        if self.device != "cpu":
+        if self.device != "cpu" and torch.cuda.is_available():
             x, y = x.pin_memory(), y.pin_memory()
         return x if torch.is_tensor(x) else torch.as_tensor(x), y
 
