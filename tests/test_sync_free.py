@@ -23,7 +23,12 @@ def run_fit(p, x, y):
 
 @pytest.mark.parametrize("knobs", [{}, {"grad_accum_steps": 2, "grad_clip": 1.0},
                                    {"optimizer": "sgd"}])
-def test_the_logged_losses_and_weights_do_not_depend_on_sync_every(knobs):
+@pytest.mark.parametrize("latch", [False, True])
+def test_the_logged_losses_and_weights_do_not_depend_on_sync_every(knobs, latch, monkeypatch):
+    from stages.lib import loop
+
+    if latch:  # the device path (device flag, AdamW's found_inf) run on the CPU
+        monkeypatch.setattr(loop, "HOST_CHECK_DEVICES", ())
     x, y = toy_data(40)
     base = Train(epochs=2, batch_size=8, lr=0.01, **knobs)
     results = [run_fit(dataclasses.replace(base, sync_every=k), x, y) for k in (1, 3, 1000)]
@@ -35,10 +40,17 @@ def test_the_logged_losses_and_weights_do_not_depend_on_sync_every(knobs):
                                                      run1.model.state_dict().values(), strict=True))
 
 
+@pytest.mark.parametrize("latch", [False, True])
 @pytest.mark.parametrize("sync_every", [1, 4, 50])
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
 def test_a_nan_at_a_known_batch_is_named_with_its_step_and_later_steps_change_nothing(
-        sync_every, optimizer):
+        sync_every, optimizer, latch, monkeypatch):
+    """latch: the device path (a device flag, AdamW's found_inf) run on the CPU, as on a GPU;
+    otherwise the CPU's own host check at each step."""
+    from stages.lib import loop
+
+    if latch:
+        monkeypatch.setattr(loop, "HOST_CHECK_DEVICES", ())
     x, y = toy_data(64)
     p = Train(epochs=1, batch_size=8, lr=0.01, sync_every=sync_every, optimizer=optimizer,
               checkpoint_every_steps=2)
