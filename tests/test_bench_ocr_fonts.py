@@ -114,3 +114,12 @@ def test_the_bench_names_a_font_it_cannot_find(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Comic: not found" in proc.stderr and "DejaVuSans-Bold" in proc.stderr
+
+
+def test_the_bench_models_can_write_every_character_of_its_lines_space_included():
+    """A charset without the space made every space between words an error (CER near 0.1 on
+    lines read right otherwise)."""
+    from bench.ocr_fonts import CHARSET, WORDS
+
+    assert " " in CHARSET and set(WORDS) == set(CHARSET)
+    assert set("0123456789") <= set(CHARSET) and sum(c.isalpha() for c in CHARSET) == 52
