@@ -210,8 +210,9 @@ def row_text(r, held_out) -> str:
                    "none (the Tesseract column only).")
 @click.option("--tesseract/--no-tesseract", default=True, show_default=True,
               help="Score `tesseract --psm 7 -l eng` on the same test lines.")
-@click.option("--tesseract-scale", default=2, show_default=True, type=click.IntRange(1, 8),
-              help="Upscale each line this many times (Lanczos) before Tesseract reads it.")
+@click.option("--tesseract-scale", default=1, show_default=True, type=click.IntRange(1, 8),
+              help="Upscale each line this many times (Lanczos) before Tesseract reads it "
+                   "(2x and 3x read the bench's 32-px lines no better).")
 @click.option("--tesseract-spawn", default=40, show_default=True,
               help="Also time one tesseract process per line on this many lines (0: not).")
 @click.option("--onnx/--no-onnx", default=True, show_default=True,

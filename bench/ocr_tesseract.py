@@ -3,8 +3,10 @@ Tesseract column (`tesseract --psm 7 -l eng` on the same test lines, CPU seconds
 
 Tesseract reads each line as a PNG written from the synthetic line at its natural width (not
 the model's 32 x 192 fit), padded by `PAD` pixels of its own paper grey on every side (Tesseract
-misreads glyphs that touch the border) and upscaled `scale` times with Lanczos (32-pixel lines
-put the x-height near 12 px; Tesseract's LSTM models are trained near 30 px, so 2x helps).
+misreads glyphs that touch the border), upscaled `scale` times with Lanczos when scale > 1. On
+the bench's 32-pixel lines (x-height near 12 px) upscaling did not help: 2x read the held-out
+fonts as well as 1x and the seen ones worse, 3x worse on both (docs/benchmarks.md), so 1x is
+the default.
 All lines go to one `tesseract LIST stdout` process (the model is loaded once, as a service
 would), one page per line separated by form feeds, with OMP_THREAD_LIMIT=1; its CPU time is
 the child's user + sys (resource.getrusage(RUSAGE_CHILDREN)). tesseract_spawned also times one
@@ -71,7 +73,7 @@ def line_png(pixels, path: Path, scale: int) -> None:
     img.save(path)
 
 
-def tesseract(lines, workdir: Path, scale: int = 2, binary: str = "tesseract"):
+def tesseract(lines, workdir: Path, scale: int = 1, binary: str = "tesseract"):
     """(texts, CPU seconds per line) of Tesseract on the uint8 grey lines, or None when the
     binary is missing (the caller prints MISSING)."""
     exe = shutil.which(binary)
