@@ -1,16 +1,20 @@
-"""OCR on fonts it never saw (issue 45): lines rendered by tools.synth_ocr from matplotlib's
-bundled fonts (the same files on every machine with the pinned matplotlib), some fonts for
-training and others held out, then CER on test lines of the seen fonts and of the held-out
-ones, for each variant: the default CRNN with the sample's augmentation (the baseline, trained
-in the same run), + the stroke augmentations, and crnn_large + the stroke augmentations. Also
-each model's parameters and predict time per line (batch 64, PyTorch eager, no grad).
+"""OCR on fonts it never saw (issue 45): lines rendered by tools.synth_ocr, some fonts for
+training and others held out, then CER and line accuracy on test lines of the seen fonts and of
+the held-out ones, for each variant (MODEL or MODEL+strokes: the sample's augmentation, plus
+the bench's STROKES), beside `tesseract --psm 7 -l eng` on the same lines (bench/ocr_tesseract.py;
+skipped, with a line saying so, when Tesseract is not installed). Fonts: matplotlib's bundled
+ones by default (the same files wherever the pinned matplotlib is), or any folder with
+--fonts-dir (Debian's font packages: /usr/share/fonts), named by file name without suffix.
+Also each model's parameters and predict CPU time per line (user + sys, batch 64, forward and
+greedy decoding): PyTorch eager and onnxruntime, on --threads threads.
 
 Training is an in-process loop over the task's own pieces (TASK.build_model, TASK.augment
 seeded per (seed, epoch, index), TASK.loss, the stage's optimizer and lr schedule,
 train.grad_clip), not the DVC pipeline: small enough for 2 cores. Decoding and CER are the
-task's (ctc.greedy, metrics.scores).
+task's (ctc.greedy, metrics.scores). The figures and their commands: docs/benchmarks.md.
 
-    python -m bench.ocr_fonts [--train-lines 2400] [--epochs 8] [--threads 2]
+    python -m bench.ocr_fonts [--fonts-dir DIR --train-fonts A,B --held-out C,D]
+        [--train-lines 2400] [--epochs 8] [--threads 2] [--variants crnn,crnn+strokes]
 """
 import dataclasses
 import tempfile
@@ -25,37 +29,46 @@ WORDS = ("Invoice No. total subtotal amount due paid balance EUR USD GBP qty uni
          "item description date order account number Street Road Avenue Berlin Paris London "
          "Madrid the and for with from of to in on at by ref VAT tax net gross discount page "
          "customer supplier delivery address phone email www example com 2024 2025 12/05 "
-         "03.11 100% 7.5% 39.95 1,250.00 #42 A-17 B2 (copy) total: Note: yes no OK")
-CHARSET = "".join(sorted(set(WORDS) - {" "}))
-STROKES = {"aug_stroke": 0.5, "aug_shear": 0.25, "aug_aspect": 0.2, "aug_elastic": 1.0,
-           "aug_texture": 0.15, "aug_downscale": 0.4, "aug_jpeg": 0.3}
+         "03.11 100% 7.5% 39.95 1,250.00 #42 A-17 B2 (copy) total: Note: yes no OK "
+         "Quantity Jazz Kiosk Xerox Yacht Zurich Hamburg Cheque Freight Wharf Quay jug kg km "
+         "ZIP FAX HQ CEO WX-9 J-6 Q3 68 86 8.68 6,000 1968 0800 Oxford Jakarta Quebec Warsaw "
+         "Helsinki Zagreb Kyiv Fjord & +49 Yes! Why? x=3 5*8")
+# the space is a class: without it every space between words was an error (the model could
+# not write one), which alone put a CER near 0.1 on lines the model read right otherwise
+CHARSET = "".join(sorted(set(WORDS)))
+# Milder than the first values (stroke 0.5, shear 0.25, aspect 0.2, elastic 1.0, texture 0.15,
+# downscale 0.4, jpeg 0.3): stacked on the sample's rotate/stretch/blur/jitter those left a
+# 5-epoch CRNN at CER 0.91 (docs/benchmarks.md); at 32 px a 1-px elastic warp and a 0.6x
+# downscale already blur 1-2 px strokes of small glyphs into each other.
+STROKES = {"aug_stroke": 0.3, "aug_shear": 0.15, "aug_aspect": 0.15, "aug_elastic": 0.5,
+           "aug_texture": 0.1, "aug_downscale": 0.3, "aug_jpeg": 0.2}
 
 
-def render(folder: Path, lines_per_font: dict, seed: int) -> dict:
-    """{font: [(uint8 32 x 192 line, text)]}: each font's own synth_ocr run."""
+def render(folder: Path, lines_per_font: dict, paths: dict, seed: int) -> dict:
+    """{font: [(uint8 32 x 192 line, text, uint8 line at its natural width)]}: each font's own
+    synth_ocr run (seed * 100 + its index among the fonts sorted by name)."""
     import json
     import shutil
 
-    import matplotlib
     import numpy as np
     from PIL import Image
 
     from stages.lib.modality.imagecore import fit
     from stages.tasks.ocr.synth import Style, synthesize
 
-    ttf = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf"
     (folder / "words.txt").write_text(WORDS + "\n", encoding="utf-8")
     out = {}
     for k, (font, n) in enumerate(sorted(lines_per_font.items())):
         fonts = folder / f"fonts-{font}"
         fonts.mkdir()
-        shutil.copy(ttf / f"{font}.ttf", fonts)
+        shutil.copy(paths[font], fonts)
         synthesize(fonts, folder / "words.txt", n, folder / font, seed * 100 + k,
                    style=Style(max_chars=16))
         rows = [json.loads(x) for x in (folder / font / "lines.jsonl").read_text().splitlines()]
-        out[font] = [(fit(Image.open(folder / font / r["path"]).convert("L"), [32, 192]),
-                      r["text"]) for r in rows]
-        assert all(a.shape == (32, 192) for a, _ in out[font]) and np
+        out[font] = []
+        for r in rows:
+            img = Image.open(folder / font / r["path"]).convert("L")
+            out[font].append((fit(img, [32, 192]), r["text"], np.asarray(img)))
     return out
 
 
@@ -66,13 +79,13 @@ def tensors(items, charset):
     from stages.tasks.ocr.ctc import encode
 
     index = {c: i + 1 for i, c in enumerate(charset)}
-    x = torch.from_numpy(np.stack([a for a, _ in items]).astype(np.float32))[:, None]
+    x = torch.from_numpy(np.stack([it[0] for it in items]).astype(np.float32))[:, None]
     x = (x / 255 - 0.5) / 0.5
-    y = torch.tensor([encode(t, index, 16) for _, t in items], dtype=torch.int32)
+    y = torch.tensor([encode(it[1], index, 16) for it in items], dtype=torch.int32)
     return x, y
 
 
-def train(name, p, x, y, classes):
+def train(name, p, x, y, classes, log=print):
     import torch
 
     from stages.lib.augment import epoch_order, sample_seed
@@ -89,6 +102,7 @@ def train(name, p, x, y, classes):
             group["lr"] = p.lr * lr_factor(p, epoch)
         model.train()
         order = epoch_order(len(x), p.seed, epoch)
+        total, batches = 0.0, 0
         for b in range(0, len(order), p.batch_size):
             idx = order[b:b + p.batch_size].tolist()
             xb = torch.stack([TASK.augment(x[i], y[i], p, sample_seed(p.seed, epoch, i))[0]
@@ -98,6 +112,9 @@ def train(name, p, x, y, classes):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), p.grad_clip)
             opt.step()
+            total, batches = total + loss.item(), batches + 1
+        log(f"  epoch {epoch + 1}/{p.epochs} loss {total / max(batches, 1):.4f} "
+            f"({time.process_time() - tic:.0f} CPU s)")
     return model.eval(), time.process_time() - tic
 
 
@@ -112,27 +129,121 @@ def score(model, x, texts, charset):
     return scores(texts, [t for t, _ in greedy(outputs, charset)])
 
 
-def ms_per_line(model, x, rounds=3):
+def cpu_ms_per_line(model, x, charset, rounds=3):
+    """Predict's CPU time per line (user + sys of this process, best of rounds): PyTorch eager,
+    batch 64, no grad, forward and greedy CTC decoding."""
     import torch
+
+    from stages.tasks.ocr.ctc import greedy
 
     best = float("inf")
     with torch.no_grad():
         for _ in range(rounds):
-            tic = time.perf_counter()
+            tic = time.process_time()
             for i in range(0, len(x), 64):
-                model(x[i:i + 64])
-            best = min(best, (time.perf_counter() - tic) / len(x) * 1000)
+                greedy(model(x[i:i + 64]).numpy(), charset)
+            best = min(best, (time.process_time() - tic) / len(x) * 1000)
     return best
 
 
+def onnx_ms_per_line(model, x, charset, threads, rounds=3):
+    """The same through onnxruntime (the model exported as the export stage does: dynamo,
+    dynamic batch; its intra-op pool of `threads`)."""
+    import tempfile as tf
+    import warnings
+
+    import torch
+
+    from stages.lib.formats import onnx_session
+    from stages.tasks.ocr.ctc import greedy
+
+    with tf.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.eval(), (x[:2],), f"{tmp}/m.onnx", input_names=["input"],
+                          output_names=["logits"], external_data=False, verbose=False,
+                          dynamic_shapes=({0: torch.export.Dim("batch")},))
+        session = onnx_session(Path(f"{tmp}/m.onnx").read_bytes(), threads)
+    xs = x.numpy()
+    best = float("inf")
+    for _ in range(rounds):
+        tic = time.process_time()
+        for i in range(0, len(xs), 64):
+            greedy(session.run(None, {"input": xs[i:i + 64]})[0], charset)
+        best = min(best, (time.process_time() - tic) / len(xs) * 1000)
+    return best
+
+
+def names(option: str, value: str) -> tuple:
+    out = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not out:
+        raise click.BadParameter("give at least one font name", param_hint=option)
+    return out
+
+
+def row_text(r, held_out) -> str:
+    return (f"{r['variant']:24s} params {r.get('params', 0):>9,}  CER seen {r['cer_seen']:.4f} "
+            f"(line acc {r['acc_seen']:.3f})  unseen {r['cer_unseen']:.4f} "
+            f"(line acc {r['acc_unseen']:.3f})  "
+            + "  ".join(f"{f} {r[f]:.4f}" for f in held_out)
+            + (f"  train {r['train_cpu_s']:.0f} CPU s" if "train_cpu_s" in r else "")
+            + f"  predict {r['cpu_ms_per_line']:.2f} CPU ms/line"
+            + (f" (ONNX {r['onnx_cpu_ms_per_line']:.2f})" if "onnx_cpu_ms_per_line" in r else "")
+            + (f" (one process per line {r['spawn_cpu_ms_per_line']:.1f})"
+               if "spawn_cpu_ms_per_line" in r else ""))
+
+
 @click.command()
+@click.option("--fonts-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Take the fonts from this folder (searched recursively; a font is named by "
+                   "its file name without suffix) instead of matplotlib's bundled ones.")
+@click.option("--train-fonts", default=",".join(TRAIN_FONTS), show_default=True,
+              help="Comma-separated fonts to train on (and test as 'seen').")
+@click.option("--held-out", default=",".join(HELD_OUT), show_default=True,
+              help="Comma-separated fonts never trained on (tested as 'unseen').")
 @click.option("--train-lines", default=2400, show_default=True, help="Over the train fonts.")
 @click.option("--test-lines", default=150, show_default=True, help="Per font, seen and unseen.")
 @click.option("--epochs", default=8, show_default=True)
 @click.option("--threads", default=2, show_default=True)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--variants", default="crnn,crnn+strokes,crnn_large+strokes", show_default=True)
-def main(train_lines, test_lines, epochs, threads, seed, variants):
+@click.option("--variants", default="crnn,crnn+strokes,crnn_large+strokes", show_default=True,
+              help="MODEL or MODEL+strokes (the bench's STROKES), comma-separated; '' trains "
+                   "none (the Tesseract column only).")
+@click.option("--tesseract/--no-tesseract", default=True, show_default=True,
+              help="Score `tesseract --psm 7 -l eng` on the same test lines.")
+@click.option("--tesseract-scale", default=1, show_default=True, type=click.IntRange(1, 8),
+              help="Upscale each line this many times (Lanczos) before Tesseract reads it "
+                   "(2x and 3x read the bench's 32-px lines no better).")
+@click.option("--tesseract-spawn", default=40, show_default=True,
+              help="Also time one tesseract process per line on this many lines (0: not).")
+@click.option("--onnx/--no-onnx", default=True, show_default=True,
+              help="Also time predict through onnxruntime.")
+@click.option("--load", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Score the models a --save run wrote (VARIANT.pt) instead of training.")
+@click.option("--save", type=click.Path(path_type=Path, file_okay=False),
+              help="Write each trained model's state_dict here (VARIANT.pt).")
+@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the rows as JSON here.")
+def main(fonts_dir, train_fonts, held_out, train_lines, test_lines, epochs, threads, seed,
+         variants, tesseract, tesseract_scale, tesseract_spawn, onnx, load, save,
+         json_out):
+    """Train on some fonts, test on them and on held-out fonts, beside Tesseract."""
+    import json
+
+    from bench.ocr_tesseract import MISSING, pick_fonts
+
+    train_fonts = names("--train-fonts", train_fonts)
+    held_out = names("--held-out", held_out)
+    if set(train_fonts) & set(held_out):
+        raise click.BadParameter(f"{sorted(set(train_fonts) & set(held_out))} both trained on "
+                                 f"and held out", param_hint="--held-out")
+    if fonts_dir is None:
+        import matplotlib
+        fonts_dir = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf"
+    try:
+        paths = dict(pick_fonts(fonts_dir, (*train_fonts, *held_out)))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
     import torch
 
     from stages.lib.params import Train
@@ -141,46 +252,98 @@ def main(train_lines, test_lines, epochs, threads, seed, variants):
     torch.set_num_threads(threads)
     recipe = {k.split(".", 1)[1]: v for k, v in TASK.recipe.items() if k.startswith("train.")}
     base = dataclasses.replace(Train(**recipe), epochs=epochs, seed=seed)
-    per_font = train_lines // len(TRAIN_FONTS)
+    per_font = train_lines // len(train_fonts)
+    charset = sorted(CHARSET)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tic = time.perf_counter()
         # train and test lines of a seen font come from one synth run (other lines by index)
-        lines = render(Path(tmp), {**{f: per_font + test_lines for f in TRAIN_FONTS},
-                                   **{f: test_lines for f in HELD_OUT}}, seed)
+        lines = render(Path(tmp), {**{f: per_font + test_lines for f in train_fonts},
+                                   **{f: test_lines for f in held_out}}, paths, seed)
         print(f"rendered {sum(map(len, lines.values()))} lines in "
-              f"{time.perf_counter() - tic:.1f} s")
-    charset = sorted(CHARSET)
-    train_items = [it for f in TRAIN_FONTS for it in lines[f][:per_font]]
-    tests = {f: lines[f][-test_lines:] for f in (*TRAIN_FONTS, *HELD_OUT)}
+              f"{time.perf_counter() - tic:.1f} s", flush=True)
+        tests = {f: lines[f][-test_lines:] for f in (*train_fonts, *held_out)}
+        if tesseract:
+            rows += tesseract_row(tests, train_fonts, held_out, Path(tmp) / "tess",
+                                  tesseract_scale, tesseract_spawn, MISSING)
+    train_items = [it for f in train_fonts for it in lines[f][:per_font]]
+    del lines
     x, y = tensors(train_items, charset)
-    rows = []
-    for variant in variants.split(","):
+    for variant in filter(None, variants.split(",")):
         name, _, extra = variant.partition("+")
         p = dataclasses.replace(base, **(STROKES if extra == "strokes" else {}))
-        model, cpu = train(name, p, x, y, 1 + len(charset))
-        result = {"variant": variant, "params": sum(q.numel() for q in model.parameters()),
-                  "train_cpu_s": cpu}
-        for kind, fonts in (("seen", TRAIN_FONTS), ("unseen", HELD_OUT)):
+        if load:
+            from stages.tasks.ocr.model import build_model
+
+            model = build_model(name, 1 + len(charset), 1, 32)
+            model.load_state_dict(torch.load(load / f"{variant}.pt", weights_only=True))
+            model.eval()
+            result = {"variant": variant, "params": sum(q.numel() for q in model.parameters())}
+        else:
+            print(f"{variant}: training on {len(x)} lines, {epochs} epochs", flush=True)
+            model, cpu = train(name, p, x, y, 1 + len(charset),
+                               log=lambda m: print(m, flush=True))
+            result = {"variant": variant, "params": sum(q.numel() for q in model.parameters()),
+                      "train_cpu_s": cpu, "epochs": epochs, "train_lines": len(x)}
+        for kind, fonts in (("seen", train_fonts), ("unseen", held_out)):
             items = [it for f in fonts for it in tests[f]]
-            s = score(model, tensors(items, charset)[0], [t for _, t in items], charset)
+            s = score(model, tensors(items, charset)[0], [it[1] for it in items], charset)
             result[f"cer_{kind}"], result[f"acc_{kind}"] = s["cer"], s["line_accuracy"]
-        for f in HELD_OUT:
+        for f in held_out:
             xt = tensors(tests[f], charset)[0]
-            result[f] = score(model, xt, [t for _, t in tests[f]], charset)["cer"]
-        result["ms_per_line"] = ms_per_line(model, tensors(tests[HELD_OUT[0]], charset)[0])
+            result[f] = score(model, xt, [it[1] for it in tests[f]], charset)["cer"]
+        every = [it for f in (*train_fonts, *held_out) for it in tests[f]]
+        xe = tensors(every, charset)[0]
+        result["cpu_ms_per_line"] = cpu_ms_per_line(model, xe, charset)
+        if onnx:
+            result["onnx_cpu_ms_per_line"] = onnx_ms_per_line(model, xe, charset, threads)
         rows.append(result)
-        print(f"{variant:22s} params {result['params']:>9,}  CER seen {result['cer_seen']:.4f} "
-              f"(line acc {result['acc_seen']:.3f})  unseen {result['cer_unseen']:.4f} "
-              f"(line acc {result['acc_unseen']:.3f})  "
-              + "  ".join(f"{f} {result[f]:.4f}" for f in HELD_OUT)
-              + f"  train {cpu:.0f} CPU s  predict {result['ms_per_line']:.2f} ms/line",
-              flush=True)
-    ref = rows[0]
-    for r in rows[1:]:
-        print(f"{r['variant']} / {ref['variant']}: unseen CER x"
-              f"{r['cer_unseen'] / max(ref['cer_unseen'], 1e-9):.2f}, seen CER x"
-              f"{r['cer_seen'] / max(ref['cer_seen'], 1e-9):.2f}, predict time x"
-              f"{r['ms_per_line'] / ref['ms_per_line']:.2f}")
+        if save:
+            save.mkdir(parents=True, exist_ok=True)
+            torch.save(model.state_dict(), save / f"{variant}.pt")
+        print(row_text(result, held_out), flush=True)
+        if json_out:
+            write_json(json_out, rows)
+    if json_out:
+        write_json(json_out, rows)
+    print(json.dumps(rows))
+
+
+def tesseract_row(tests, train_fonts, held_out, workdir, scale, spawn, missing) -> list:
+    from bench.ocr_tesseract import tesseract as run_tesseract
+    from bench.ocr_tesseract import tesseract_spawned
+    from stages.tasks.ocr.metrics import scores
+
+    fonts = (*train_fonts, *held_out)
+    got = run_tesseract([it[2] for f in fonts for it in tests[f]], workdir, scale)
+    if got is None:
+        print(missing, flush=True)
+        return []
+    texts, cpu = got
+    by_font, k = {}, 0
+    for f in fonts:
+        by_font[f] = texts[k:k + len(tests[f])]
+        k += len(tests[f])
+    row = {"variant": f"tesseract --psm 7 (x{scale})", "cpu_ms_per_line": cpu * 1000}
+    if spawn:
+        row["spawn_cpu_ms_per_line"] = tesseract_spawned(workdir, spawn) * 1000
+    for kind, group in (("seen", train_fonts), ("unseen", held_out)):
+        s = scores([it[1] for f in group for it in tests[f]],
+                   [t for f in group for t in by_font[f]])
+        row[f"cer_{kind}"], row[f"acc_{kind}"] = s["cer"], s["line_accuracy"]
+    for f in held_out:
+        row[f] = scores([it[1] for it in tests[f]], by_font[f])["cer"]
+    print(row_text(row, held_out), flush=True)
+    return [row]
+
+
+def write_json(path: Path, rows) -> None:
+    import json
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(rows, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
