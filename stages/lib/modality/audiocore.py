@@ -122,25 +122,42 @@ def _taps_at(src: int, dst: int, start: int, n: int):
     return idx, w
 
 
+@functools.lru_cache(maxsize=16)
+def _period_taps(src: int, dst: int):
+    """(P, Q, indices, weights) of one period of the resampler: the taps of outputs 0..P-1,
+    P = dst / gcd, Q = src / gcd (output k = m * P + j takes output j's weights, its indices
+    shifted by m * Q inputs)."""
+    import math
+
+    g = math.gcd(src, dst)
+    idx, w = _taps_at(src, dst, 0, dst // g)
+    return dst // g, src // g, idx, w
+
+
 def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
-    """float64 mono samples from src to dst Hz: a windowed-sinc filter, its taps summed one by
-    one (element-wise, in a fixed order: the same bits on every CPU)."""
+    """float64 mono samples from src to dst Hz: a windowed-sinc filter (_taps_at), its
+    weights computed once per period of the rate ratio, its taps summed one by one
+    (element-wise, in a fixed order: the same bits on every CPU)."""
     x = np.asarray(x, dtype=np.float64)
     if src == dst or len(x) == 0:
         return x.copy()
     n_out = len(x) * dst // src
-    out = np.empty(n_out, dtype=np.float64)
-    chunk = 8192
-    for start in range(0, n_out, chunk):
-        n = min(chunk, n_out - start)
-        idx, w = _taps_at(src, dst, start, n)
-        valid = (idx >= 0) & (idx < len(x))
-        vals = np.where(valid, x[np.clip(idx, 0, len(x) - 1)], 0.0)
-        acc = np.zeros(n, dtype=np.float64)
-        for j in range(idx.shape[1]):
+    period, shift, idx0, w0 = _period_taps(src, dst)
+    periods = -(-n_out // period)
+    out = np.empty(periods * period, dtype=np.float64)
+    block = max(1, 8192 // period)  # periods per block: bounded memory for long files
+    taps = idx0.shape[1]
+    for m0 in range(0, periods, block):
+        mb = min(block, periods - m0)
+        idx = (idx0[None] + (np.arange(m0, m0 + mb, dtype=np.int64) * shift)[:, None, None])
+        idx = idx.reshape(-1, taps)
+        w = np.broadcast_to(w0, (mb, *w0.shape)).reshape(-1, taps)
+        vals = np.where((idx >= 0) & (idx < len(x)), x[np.clip(idx, 0, len(x) - 1)], 0.0)
+        acc = np.zeros(len(idx), dtype=np.float64)
+        for j in range(taps):
             acc += vals[:, j] * w[:, j]
-        out[start:start + n] = acc
-    return out
+        out[m0 * period:(m0 + mb) * period] = acc
+    return out[:n_out]
 
 
 def fixed_length(x: np.ndarray, n: int) -> np.ndarray:
