@@ -1,5 +1,5 @@
-"""Issue 15 for every task (in process, no pipeline run): detection, segmentation, OCR and audio models
-take train.init_from's report by name with the task's head (Task.head) re-initialised on a
+"""Issue 15 for every task (in process, no pipeline run): detection, segmentation, OCR and audio
+models take train.init_from's report by name with the task's head (Task.head) re-initialised on a
 class-count change, freeze_backbone and lr_backbone split the model at that head, and LoRA on
 the task's default targets (Task.lora_targets) trains, merges into a plain model that computes
 the same outputs, and skips what peft cannot merge."""
