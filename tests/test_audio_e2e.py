@@ -1,4 +1,4 @@
-"""The audio task end to end (issue 40), on one shared tiny run of its built-in sample (12
+"""The audio task end to end (issue 40), on one shared tiny run of its built-in sample (14
 voice variants x 20 words, 1 epoch): the nine stages unchanged, the speakers (voice variants)
 held out by group, the features recorded, predict's error rows, serve's 413, the report's
 players. Plus the audio gate on a tree with one file of each fault."""
@@ -35,7 +35,7 @@ def test_the_run_scores_records_the_features_and_keeps_voices_apart(audio_projec
         for row in read_csv(audio_project / f"data/split/{split}.csv"):
             voice = row["path"].rsplit("/", 1)[-1].split("_nohash_")[0]  # the group
             groups.setdefault(voice, set()).add(split)
-    assert len(groups) == 12 and all(len(s) == 1 for s in groups.values())  # no voice straddles
+    assert len(groups) == 14 and all(len(s) == 1 for s in groups.values())  # no voice straddles
     assert any(s == {"test"} for s in groups.values())
 
 
