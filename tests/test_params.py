@@ -19,7 +19,30 @@ def test_project_params_file_sets_every_documented_key():
     for name, cls in params.SECTIONS.items():
         loaded = params.load(name, ROOT / "params.yaml")
         assert isinstance(loaded, cls)
-        assert set(raw[name]) == {f.name for f in dataclasses.fields(cls)}, name
+        # a modality's own keys (audio's gate and SpecAugment) are not in an image task's file
+        assert set(raw[name]) == {f.name for f in dataclasses.fields(cls)
+                                  if f"{name}.{f.name}" not in params.MODALITY_KEYS}, name
+
+
+def test_modality_keys_at_their_defaults_hash_as_before_they_existed():
+    """Adding audio's keys changed no image task's hashes: at their defaults they are dropped
+    from what provenance, the report and the checkpoint fingerprint hash."""
+    assert {"validate.min_seconds", "train.aug_time_mask"} <= set(params.MODALITY_KEYS)
+    train = dataclasses.asdict(params.Train())
+    kept = params.without_placement("train", train)
+    assert "aug_time_mask" not in kept and "lr" in kept
+    assert "aug_time_mask" in params.without_placement("train", {**train, "aug_time_mask": 8})
+
+
+def test_audio_spec_is_a_mapping_of_known_keys(tmp_path):
+    path = write(tmp_path, {"prepare": {"image_size": {"n_mels": 64, "hop": 128}}})
+    assert params.load("prepare", path).image_size == {"n_mels": 64, "hop": 128}
+    path = write(tmp_path, {"prepare": {"image_size": {"n_mel": 64}}})
+    with pytest.raises(StageError, match="unknown key.*n_mel"):
+        params.load("prepare", path)
+    path = write(tmp_path, {"prepare": {"image_size": {"hop": 1024}}})
+    with pytest.raises(StageError, match="hop .1024. must be at most n_fft"):
+        params.load("prepare", path)
 
 
 def test_misspelt_key_is_named(tmp_path):

@@ -119,7 +119,11 @@ def resumable(path, current: dict):
 def resume_params(p) -> dict:
     import dataclasses
 
-    return {k: v for k, v in dataclasses.asdict(p).items() if k not in NOT_RESUME_PARAMS}
+    from stages.lib.params import without_placement
+
+    # a modality key at its default is fingerprinted as before it existed
+    return {k: v for k, v in without_placement("train", dataclasses.asdict(p)).items()
+            if k not in NOT_RESUME_PARAMS}
 
 
 def run_fingerprint(p, task, cores, task_code) -> dict:

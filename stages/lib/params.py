@@ -33,11 +33,18 @@ MAX_BOXES, MAX_BOXES_CAP = 10_000, 100_000
 NO_WEIGHTS = "weights/none"
 
 
-def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None):
+def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None,
+         modality=None):
     """A field with its allowed values: `choices`, or bounds (inclusive `at_least`/`at_most`,
-    exclusive `above`/`below`). Lists (mutable defaults) are copied per instance."""
+    exclusive `above`/`below`). Lists (mutable defaults) are copied per instance.
+
+    modality: a key only that modality's tasks read (audio's gate and SpecAugment): the
+    params.yaml of another modality's task does not hold it, and at its default it is hashed
+    as before it existed (MODALITY_KEYS, without_placement), so adding it changed no image
+    task's dvc.lock, provenance or checkpoint fingerprint."""
     meta = {k: v for k, v in (("choices", choices), ("at_least", at_least), ("above", above),
-                              ("at_most", at_most), ("below", below)) if v is not None}
+                              ("at_most", at_most), ("below", below), ("modality", modality))
+            if v is not None}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -83,6 +90,13 @@ class Validate:
     charset: str = ""  # ocr: every character a transcript may hold; "" = any (the model's
     #                    charset is then the training split's characters)
     max_aspect: float = knob(2.0, above=0.0)  # ocr: a line's height / width, at most
+    # audio (stages/lib/modality/audiogate.py): a clip shorter or longer than these (seconds)
+    # is refused; an RMS under silence_db (dB full scale) is silent; more than max_clipped of
+    # the samples at full scale is clipping (both warnings)
+    min_seconds: float = knob(0.1, at_least=0.0, modality="audio")
+    max_seconds: float = knob(30.0, above=0.0, modality="audio")
+    silence_db: float = knob(-60.0, below=0.0, modality="audio")
+    max_clipped: float = knob(0.01, at_least=0.0, at_most=1.0, modality="audio")
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,31 @@ class Split:
 
 
 AUTO = "auto"  # prepare.image_size, channels, mean, std: chosen from the data by prepare
+# prepare.image_size of an audio task: the log-mel front end's keys, with their defaults
+AUDIO_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}
+
+
+def spec_problems(spec: dict) -> list[str]:
+    """Why a prepare.image_size mapping is not a log-mel spec (AUDIO_SPEC's keys)."""
+    unknown = sorted(set(spec) - set(AUDIO_SPEC))
+    if unknown:
+        return [f"prepare.image_size: unknown key(s) {', '.join(map(str, unknown))}; a "
+                f"mapping holds the audio features' {', '.join(AUDIO_SPEC)}"]
+    bad = [k for k, v in spec.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+    if bad:
+        return [f"prepare.image_size.{k} must be an integer >= 1, got {spec[k]!r}" for k in bad]
+    full = {**AUDIO_SPEC, **spec}
+    out = []
+    if full["hop"] > full["n_fft"]:
+        out.append(f"prepare.image_size: hop ({full['hop']}) must be at most n_fft "
+                   f"({full['n_fft']})")
+    if full["n_mels"] > full["n_fft"] // 2 + 1:
+        out.append(f"prepare.image_size: n_mels ({full['n_mels']}) must be at most n_fft // 2 "
+                   f"+ 1 ({full['n_fft'] // 2 + 1})")
+    if full["frames"] < 2 or full["sample_rate"] < 1000:
+        out.append("prepare.image_size: frames must be at least 2 and sample_rate at least "
+                   "1000 Hz")
+    return out
 
 
 @dataclass(frozen=True)
@@ -112,7 +151,10 @@ class Prepare:
     # explained by prepare (stages/lib/autoprep.py) and recorded in data/processed/meta.json
     # (auto image_size and channels are the defaults: the digits sample gets 16 px grey from
     # them, your own data its own size and colour; mean/std [0.5] is every channel's)
-    image_size: int | str = AUTO  # pixels per side, >= 1 | auto: median shorter side, rounded
+    # pixels per side, >= 1 | auto: median shorter side, rounded... | audio: the log-mel front
+    # end, a mapping of AUDIO_SPEC's keys (sample_rate Hz, n_fft, hop samples, n_mels bands,
+    # frames per clip: clips padded or cropped to (frames - 1) * hop samples); auto = defaults
+    image_size: int | dict | str = AUTO
     channels: int | str = AUTO  # 1 = greyscale, 3 = RGB | auto: 1 only when every image is grey
     mean: list[float] | str = knob([0.5])  # per channel, or one for all | auto: the train split's
     std: list[float] | str = knob([0.5])  # per channel, or one for all | auto: the train split's
@@ -159,8 +201,10 @@ class Prepare:
                                    or self.width_buckets[-1] >= self.width):
             out.append(f"prepare.width_buckets must be ascending widths, each once, from 1 to "
                        f"below prepare.width ({self.width}): {self.width_buckets}")
-        if not (self.image_size == AUTO or isinstance(self.image_size, int)
-                and self.image_size >= 1):
+        if isinstance(self.image_size, dict):
+            out += spec_problems(self.image_size)
+        elif not (self.image_size == AUTO or isinstance(self.image_size, int)
+                  and self.image_size >= 1):
             out.append(f"`prepare.image_size` must be an integer >= 1 or auto, "
                        f"got {self.image_size!r}")
         if self.channels not in (1, 3, AUTO):
@@ -225,6 +269,12 @@ class Train:
     aug_jpeg: float = knob(0.0, at_least=0.0, at_most=1.0)
     # detection: half the images shrink by up to this factor onto a padded canvas; 1 = off
     aug_zoom_out: float = knob(1.0, at_least=1.0, at_most=4.0)
+    # audio, SpecAugment (stages/lib/modality/audioaug.py): aug_masks time and aug_masks
+    # frequency masks per clip, each up to aug_time_mask frames / aug_freq_mask mel bands
+    # wide (0 = off)
+    aug_time_mask: int = knob(0, at_least=0, modality="audio")
+    aug_freq_mask: int = knob(0, at_least=0, modality="audio")
+    aug_masks: int = knob(2, at_least=0, at_most=8, modality="audio")
     # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random
     # init. A path, so dvc.yaml can list it as a dep (DVC cannot depend on "": see NO_WEIGHTS)
     init_from: str = NO_WEIGHTS
@@ -358,11 +408,25 @@ PREPARE_RESULT = tuple(f"prepare.{f.name}" for f in dataclasses.fields(Prepare)
                        if f.name not in PREPARE_PLACEMENT)
 
 
+# {section.key: modality} of the keys only one modality's tasks read (knob(modality=...))
+MODALITY_KEYS = {f"{section}.{f.name}": f.metadata["modality"]
+                 for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)
+                 if "modality" in f.metadata}
+
+
+def unset_modality_key(section: str, key: str, value) -> bool:
+    """A modality key (MODALITY_KEYS) at its default: hashed as before it existed."""
+    if f"{section}.{key}" not in MODALITY_KEYS:
+        return False
+    return value == getattr(SECTIONS[section](), key)
+
+
 def without_placement(section: str, values: dict) -> dict:
-    """A section's values (a dict) less prepare's placement keys (PREPARE_PLACEMENT)."""
-    if section != "prepare":
-        return values
-    return {k: v for k, v in values.items() if k not in PREPARE_PLACEMENT}
+    """A section's values (a dict) less prepare's placement keys (PREPARE_PLACEMENT) and the
+    modality keys at their defaults (unset_modality_key)."""
+    return {k: v for k, v in values.items()
+            if not (section == "prepare" and k in PREPARE_PLACEMENT)
+            and not unset_modality_key(section, k, v)}
 
 
 # What each stage reads, in one place: its own section and the few reads across sections. Every
@@ -418,6 +482,8 @@ def _coerce(key: str, value, ftype, path):
         return value
     if ftype in (str, bool) and isinstance(value, ftype):
         return value
+    if ftype is dict and isinstance(value, dict):
+        return dict(value)
     raise bad(f"of type {ftype.__name__}")
 
 

@@ -210,7 +210,9 @@ def params_facts(raw: dict, params_path) -> tuple[list[tuple[str, object, object
     for section, cls in SECTIONS.items():
         defaults = cls()
         for field in dataclasses.fields(cls):
-            if without_placement(section, {field.name: 0}):  # where prepare ran: not shown
+            value = getattr(values[section], field.name)
+            # where prepare ran, and another modality's keys at their defaults: not shown
+            if without_placement(section, {field.name: value}):
                 rows.append((f"{section}.{field.name}", getattr(values[section], field.name),
                              getattr(defaults, field.name)))
     digest = params_hash({section: params_hash(without_placement(

@@ -5,7 +5,8 @@ prediction per file, in upload order: a file that cannot be used gets its error 
 answer is 200 with status `partial`); only when no file is usable does the request fail: 415
 when none is an image, 422 when they are corrupt or over --max-pixels (checked from the
 header, before decoding). 413 for a body over --max-bytes (by Content-Length or counted while
-streaming); a malformed request is 422 (or 400), never a 5xx. No endpoint takes a path:
+streaming), and when every file is a clip over the audio modality's duration limit (its
+MAX_SECONDS or --max-pixels frames, read from the header; the answer names the limit); a malformed request is 422 (or 400), never a 5xx. No endpoint takes a path:
 nothing on the server's disk can be read through the API.
 
 Memory is bounded by bytes, not only pixels: each image's decode cost (its header's width x
@@ -305,7 +306,8 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
     log = logging.getLogger("uvicorn.error")
     delay = float(hooks.value("SERVE_DELAY_S") or 0)
     PredictResponse, Error, AnyPredictResponse = responses
-    errors = {413: {"model": Error, "description": "body over the byte limit"},
+    errors = {413: {"model": Error, "description": "body over the byte limit, or every clip "
+                                                   "over the audio duration limit"},
               415: {"model": Error, "description": "no file is an image"},
               422: {"model": Error, "description": "no file is usable (corrupt, over the "
                                                    "pixel limit), or a bad request"},
@@ -363,7 +365,9 @@ def add_predict(app, responses: tuple, max_pixels: int, budget_bytes: int,
                 images.append(None)
                 errors.append((exc.kind, name, str(exc)))
         if all(errors):  # nothing to predict: the request fails, naming every file
-            status = 415 if all(kind == "not_image" for kind, _, _ in errors) else 422
+            kinds = {kind for kind, _, _ in errors}
+            # too_long: a clip over the modality's duration limit (the message names it)
+            status = 415 if kinds == {"not_image"} else 413 if kinds == {"too_long"} else 422
             raise HTTPException(status, detail="; ".join(f"{name}: {why}"
                                                          for _, name, why in errors))
         try:

@@ -1,4 +1,4 @@
-"""The modality layer: everything that knows what kind of file a sample is (today: an image).
+"""The modality layer: everything that knows what kind of file a sample is (an image, a sound).
 
 A modality is a module under stages/lib/modality/ that provides every name of INTERFACE. The
 stages and the rest of stages/lib never open, measure or convert an input themselves: they ask
@@ -6,7 +6,8 @@ the task's modality (`Task.modality`, picked by `Task.modality_name`), so a task
 are not images brings its own modality, not `if` chains in the stages. Stages import nothing
 from this package but `get`.
 
-INTERFACE, by pipeline step (image: stages/lib/modality/image.py and its parts):
+INTERFACE, by pipeline step (image: stages/lib/modality/image.py and its parts; audio:
+stages/lib/modality/audio.py and its parts, whose `image_size` is its feature spec):
 
 - ingest: FIELDS (the manifest columns `inspect` fills, in order), INSPECT_ERRORS (the
   error kinds it writes), inspect(source, limit) (header facts, a full decode check and the
@@ -36,7 +37,8 @@ INTERFACE, by pipeline step (image: stages/lib/modality/image.py and its parts):
 import importlib
 
 DEFAULT = "image"
-MODALITIES = {"image": "stages.lib.modality.image"}  # name -> module
+MODALITIES = {"image": "stages.lib.modality.image",  # name -> module
+              "audio": "stages.lib.modality.audio"}
 INTERFACE = (
     "FIELDS", "INSPECT_ERRORS", "inspect",
     "CHECKS", "check_columns", "expectations", "reason",

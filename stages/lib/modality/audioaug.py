@@ -1,0 +1,41 @@
+"""The audio modality's default augmentation: SpecAugment (Park et al. 2019), time and
+frequency masks on one normalised log-mel input, a pure function of its seed (stages/lib/
+augment.py seeds it from seed, epoch and index, as the image augmentations).
+
+train's keys (stages/lib/params.py): aug_time_mask (the widest time mask, in frames; 0 =
+off), aug_freq_mask (the widest frequency mask, in mel bands; 0 = off), aug_masks (masks of
+each kind); read with defaults of off, so a train section without them augments nothing.
+Masked cells take the input's mean (per-clip: the masks never leak a constant the model
+could key on). torch is imported inside the function.
+"""
+
+
+def augment(x, p, seed: int):
+    """Augment one normalised 1 x n_mels x frames float tensor with SpecAugment masks.
+
+    Four uniform numbers are drawn per mask, always the same count in the same order (the
+    time masks' then the frequency masks'), so switching one kind on or off never shifts the
+    other's draws."""
+    import torch
+
+    time_w = int(getattr(p, "aug_time_mask", 0))
+    freq_w = int(getattr(p, "aug_freq_mask", 0))
+    masks = int(getattr(p, "aug_masks", 2))
+    if not (time_w or freq_w) or masks <= 0:
+        return x
+    u = torch.rand(4 * masks, generator=torch.Generator().manual_seed(seed),
+                   dtype=torch.float64).tolist()
+    _, bands, frames = x.shape
+    x = x.clone()
+    fill = x.mean()
+    for m in range(masks):
+        a, b, c, d = u[4 * m:4 * m + 4]
+        if time_w:
+            w = int(a * (time_w + 1))
+            t0 = int(b * (frames - w + 1))
+            x[:, :, t0:t0 + w] = fill
+        if freq_w:
+            w = int(c * (freq_w + 1))
+            f0 = int(d * (bands - w + 1))
+            x[:, f0:f0 + w, :] = fill
+    return x

@@ -1,0 +1,103 @@
+"""The audio modality's guarded decode, for predict and serve: any file (a path or an upload)
+becomes the model's input or a BadInput naming what is wrong, and nothing over the limits is
+decoded.
+
+Limits, checked from the file's size and header before any sample is decoded:
+- MAX_READ_BYTES (64 MiB) per file (serve's --max-bytes bounds a whole request before this);
+- MAX_SECONDS (30 s) of audio, and the frames limit the caller passes (predict's and serve's
+  --max-pixels: the modality's decode bound, as ingest's validate.max_pixels): a longer clip
+  is refused as "too_long" (serve answers 413 when no file of the request could be used).
+The features are audiocore.py's own (`features`), so predict and serve see what prepare
+stored, byte for byte.
+"""
+import io
+import os
+
+import numpy as np
+
+from stages.lib.modality.errors import BadInput, open_regular
+
+MAX_READ_BYTES = 64 * 2**20
+MAX_SECONDS = 30.0
+
+
+class Clip(np.ndarray):
+    """A model input that remembers its source's (frames, sample rate)."""
+
+    source_size = None
+
+
+def sized(features: np.ndarray, size) -> np.ndarray:
+    out = features.view(Clip)
+    out.source_size = (int(size[0]), int(size[1]))
+    return out
+
+
+def _size_of(src) -> int:
+    pos = src.tell()
+    src.seek(0, io.SEEK_END)
+    n = src.tell()
+    src.seek(pos)
+    return n
+
+
+def _header(src, max_frames: int):
+    """(frames, sample rate, channels) from the header; BadInput when it is no sound file, or
+    over the limits."""
+    import soundfile as sf
+
+    n = _size_of(src)
+    if n > MAX_READ_BYTES:
+        raise BadInput("too_large", f"file of {n} bytes is over the audio limit of "
+                                    f"{MAX_READ_BYTES} bytes (MAX_READ_BYTES)")
+    if n == 0:
+        raise BadInput("corrupt", "empty file: 0 bytes")
+    try:
+        info = sf.info(src)
+    except Exception as exc:  # libsndfile: not a sound file it knows, or a broken header
+        text = str(exc).split(":")[-1].strip() or type(exc).__name__
+        raise BadInput("not_image", f"not a sound file soundfile can read ({text})") from None
+    finally:
+        src.seek(0)
+    frames, rate = int(info.frames), int(info.samplerate)
+    seconds = frames / rate if rate else 0.0
+    if seconds > MAX_SECONDS:
+        raise BadInput("too_long", f"clip of {seconds:.1f} s is over the limit of "
+                                   f"{MAX_SECONDS:g} s of audio per file (MAX_SECONDS)")
+    if max_frames and frames > max_frames:
+        raise BadInput("too_long", f"clip of {frames} frames is over --max-pixels "
+                                   f"({max_frames}), the most frames decoded")
+    return frames, rate, int(info.channels)
+
+
+def read(src, image_size, channels: int = 1, max_pixels: int = 0, letterbox=False):
+    """uint8 n_mels x frames x 1 from a path or a binary file object, as prepare stores it;
+    raise BadInput naming what is wrong (not a sound file, truncated, over the limits)."""
+    from stages.lib.modality.audiocore import features, spec_of
+
+    if isinstance(src, (str, os.PathLike)):
+        with open_regular(src) as f:
+            return read(f, image_size, channels, max_pixels, letterbox)
+    _header(src, max_pixels)
+    try:
+        x, size = features(src, spec_of(image_size))
+    except Exception as exc:  # libsndfile's errors, a truncated body
+        message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
+        raise BadInput("corrupt", message) from None
+    return sized(x, size)
+
+
+def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size=None):
+    """(decode bytes, None) of a clip from its header: float64 samples of every channel,
+    twice (the mono mix and the resample); BadInput over the limits or the budget."""
+    frames, rate, ch = _header(src, max_pixels)
+    cost = frames * (ch + 2) * 8 + 2**20
+    if budget and cost > budget:
+        raise BadInput("too_large", f"clip needs about {cost / 2**20:.0f} MiB to decode, over "
+                                    f"the decode budget of {budget / 2**20:.0f} MiB")
+    return cost, None
+
+
+def read_drafted(src, image_size, channels: int, draft, letterbox=False):
+    """read's decode (audio has no reduced decode: draft is always None)."""
+    return read(src, image_size, channels, 0, letterbox)

@@ -1,0 +1,143 @@
+"""Audio classification: one label per clip (spoken keywords, sounds), read as a log-mel
+spectrogram by the audio modality (stages/lib/modality/audio.py), a small CNN, and the
+classification task's metrics, outputs and report, with spectrograms and players for the
+worst cases."""
+from stages.lib.modality.audiogate import RATE_CHECK
+from stages.tasks.audio import annotations
+from stages.tasks.classification import Classification
+from stages.tasks.classification import checks as shared_checks
+
+AUDIO_KEYS = ("validate.min_seconds", "validate.max_seconds", "validate.silence_db",
+              "validate.max_clipped", "train.aug_time_mask", "train.aug_freq_mask",
+              "train.aug_masks")
+FIT_FRAMES = (26, 301)  # init's frames for one's own data: 0.25 s to 3 s at 10 ms a frame
+
+
+class Audio(Classification):
+    name = "audio"
+    modality_name = "audio"
+    checks = {**shared_checks.CHECKS, **RATE_CHECK}
+    letterbox = None  # a clip is never letterboxed
+    layouts = ("a folder per class <source>/<class>/<clip>.wav (Speech Commands, with its "
+               "validation_list.txt and testing_list.txt), or <source>/labels.tsv with "
+               "path<TAB>label lines; WAV, FLAC or OGG")
+    # what a project on one's own data starts from (tools.init), and the built-in sample too
+    recipe = {
+        "train.model": "audio_cnn", "train.epochs": 16, "train.batch_size": 32,
+        "train.lr": 0.003, "train.warmup_epochs": 1, "train.label_smoothing": 0.05,
+        "train.aug_time_mask": 12, "train.aug_freq_mask": 6, "train.aug_masks": 2,
+        "prepare.mean": "auto", "prepare.std": "auto",
+        "validate.min_seconds": 0.1, "validate.max_seconds": 30.0,
+        "validate.silence_db": -60.0, "validate.max_clipped": 0.01,
+        "validate.near_dup_distance": 2,
+    }
+    sample_params = {"sample.per_class": 0, **recipe, "prepare.image_size": {
+        "sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}}
+    revisit = (
+        ("prepare.image_size", "the log-mel front end: frames sets the clip length every "
+                               "clip is padded or cropped to (frames - 1) x hop samples"),
+        ("train.epochs", "16 suits the 1,600 sample clips; fewer clips need more epochs"),
+        ("validate.max_seconds", "clips longer than this are refused: a keyword set's clips "
+                                 "are about 1 s"),
+        ("validate.classes", "[] accepts any folder as a class: list yours"),
+    )
+    models = ("audio_cnn",)
+    task_keys = (*Classification.task_keys, *AUDIO_KEYS)
+    channels = (1, "auto")
+    _rate = 16000  # prepare's feature rate, set by configure before validate's checks
+
+    def model_problem(self, name, others):
+        return super(Classification, self).model_problem(name, others)
+
+    def param_problems(self, params, others):
+        out = super().param_problems(params, others)
+        prepare = params["prepare"]
+        if isinstance(prepare.image_size, int):
+            out.append(f"prepare.image_size: {prepare.image_size} is an image size; audio takes "
+                       f"auto or its log-mel spec, a mapping such as {{sample_rate: 16000, "
+                       f"n_fft: 512, hop: 160, n_mels: 40, frames: 101}}")
+        if prepare.height:
+            out.append(f"prepare.height: {prepare.height} is for text lines; audio takes 0")
+        return out
+
+    def configure(self, params):
+        from stages.lib.modality.audiocore import spec_of
+
+        image_size = params["prepare"].image_size
+        self._rate = spec_of(image_size if isinstance(image_size, dict) else {})["sample_rate"]
+
+    def fit_prepare(self, images):
+        """The log-mel spec for one's own data: the feature defaults, frames covering 90% of
+        the train clips (from the headers: (split, frames, rate, grey)), mean/std auto."""
+        import math
+
+        from stages.lib.modality.audiocore import SPEC_DEFAULTS
+        from stages.tasks.base import train_of
+
+        seconds = sorted(f / r for _, f, r, _ in train_of(images) if r)
+        p90 = seconds[int(0.9 * (len(seconds) - 1))] if seconds else 1.0
+        spec = dict(SPEC_DEFAULTS)
+        frames = 1 + math.ceil(p90 * spec["sample_rate"] / spec["hop"])
+        spec["frames"] = min(FIT_FRAMES[1], max(FIT_FRAMES[0], frames))
+        return [
+            ("prepare.image_size", spec, f"log-mel at {spec['sample_rate']} Hz; frames cover "
+                                         f"90% of the train clips ({p90:.2f} s or shorter)"),
+            ("prepare.channels", 1, "a spectrogram: every clip mixed to mono"),
+            ("prepare.mean", "auto", "the prepared train split's"),
+            ("prepare.std", "auto", "the prepared train split's"),
+        ]
+
+    def sample(self, p):
+        from stages.tasks.audio.sample import clips
+
+        return clips(p.per_class)
+
+    def read_annotations(self, source, listing):
+        return annotations.read_annotations(source, listing)
+
+    def layout(self, found):
+        return annotations.layout(found)
+
+    def check_columns(self, rows, ok, p):
+        from stages.lib.modality.audiogate import rate_columns
+
+        columns, counts = rate_columns(rows, ok, self._rate)
+        return {**shared_checks.check_columns(rows, ok, p), **columns}, counts
+
+    def file_expectations(self, p):
+        from stages.lib.modality.audiogate import rate_expectations
+
+        return shared_checks.file_expectations(p) + rate_expectations()
+
+    def reason(self, check, row, p, findings):
+        if check == "sample_rate":
+            from stages.lib.modality.audiogate import rate_reason
+
+            return rate_reason(row, self._rate, findings)
+        return super().reason(check, row, p, findings)
+
+    def build_model(self, name, meta):
+        from stages.tasks.audio.model import build_model
+
+        return build_model(name, len(meta["classes"]), meta["channels"])
+
+    def evaluate(self, outputs, targets, paths, images, meta, p):
+        from stages.tasks.audio.metrics import evaluate
+
+        return evaluate(outputs, targets, paths, images, meta["classes"], p)
+
+    def subset_annotations(self, source, dest, found, chosen):
+        annotations.write_subset_list(source, dest, found, chosen)
+
+    def headline(self, facts):
+        from stages.tasks.audio import report
+
+        return report.headline(facts)
+
+    def report_sections(self, facts):
+        from stages.tasks.audio import report
+
+        return report.sections(facts)
+
+
+TASK = Audio()

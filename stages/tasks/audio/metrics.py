@@ -1,0 +1,62 @@
+"""The audio task's metrics: the classification task's own code (headline, per-class scores,
+calibration, confusion, bad cases; stages/tasks/classification/metrics.py, imported, not
+copied), with the bad cases drawn as spectrograms (the audio modality's thumbnail)."""
+from stages.lib.charts import png_bytes
+from stages.tasks.classification import metrics as shared
+
+
+def contact_sheet_png(samples, rows: list[dict]) -> bytes:
+    """A grid of stored log-mel samples, each titled with its path, truth, prediction and
+    confidence."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from stages.lib.modality.audiocore import thumbnail
+
+    cols = max(1, min(4, len(rows)))
+    lines = max(1, math.ceil(len(rows) / cols))
+    fig = Figure(figsize=(2.8 * cols, 1.9 * lines), dpi=100, layout="constrained")
+    if not rows:
+        fig.text(0.5, 0.5, "no misclassified test clips", ha="center", va="center")
+    for k, (sample, r) in enumerate(zip(samples, rows, strict=True)):
+        ax = fig.add_subplot(lines, cols, k + 1)
+        thumbnail(ax, sample)
+        ax.set_axis_off()
+        ax.set_title(f"{r['path']}\ntrue {r['true']} -> {r['predicted']} "
+                     f"({float(r['confidence']):.2f})", fontsize=7)
+    return png_bytes(fig)
+
+
+def evaluate(logits, y, paths, samples, classes, p) -> tuple:
+    """(headline, {file name: bytes}, summary line) of a test run, as classification's
+    (the same metrics and files), its bad cases drawn as spectrograms."""
+    from stages.lib.io import csv_bytes, json_bytes
+    from stages.tasks.classification.outputs import softmax
+
+    probs = softmax(logits.astype("float64"))
+    pred = probs.argmax(1)
+    metrics = {**shared.headline_metrics(y, pred, len(classes)),
+               **shared.probability_metrics(y, probs, p.calibration_bins)}
+    per_class = shared.per_class_metrics(y, pred, classes)
+    bad = shared.bad_case_rows(paths, y, probs, classes)
+    worst = bad[:p.bad_cases]
+    index = {s: i for i, s in enumerate(paths)}
+    files = {
+        "per_class.json": json_bytes(per_class),
+        "confusion.csv": csv_bytes([{"path": s, "actual": classes[t], "predicted": classes[q]}
+                                    for s, t, q in zip(paths, y, pred, strict=True)],
+                                   ["path", "actual", "predicted"]),
+        "per_class_f1.csv": csv_bytes([{"class": c, "f1": f"{m['f1']:.6f}"}
+                                       for c, m in per_class.items()], ["class", "f1"]),
+        "confusion.png": shared.confusion_png(y, pred, classes),
+        "bad_cases.csv": csv_bytes(bad, ["path", "true", "predicted", "confidence", "top3"]),
+        "bad_cases.png": contact_sheet_png([samples[index[r["path"]]] for r in worst], worst),
+    }
+    summary = (f"test top-1 {metrics['accuracy']:.4f}, balanced "
+               f"{metrics['balanced_accuracy']:.4f}, ECE {metrics['ece']:.4f} on {len(y)} clips; "
+               f"{len(bad)} misclassified")
+    return metrics, files, summary
