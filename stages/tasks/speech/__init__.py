@@ -58,10 +58,10 @@ class Speech(Task):
 
     @property
     def sample_params(self):
-        from stages.tasks.speech.sample import CLIPS, FRAMES, MAX_SECONDS
+        from stages.tasks.speech.sample import CHARSET, CLIPS, FRAMES, MAX_SECONDS
 
         return {"sample.clips": CLIPS, "split.by": "given", **self.recipe,
-                "validate.max_seconds": MAX_SECONDS, "validate.charset": "",
+                "validate.max_seconds": MAX_SECONDS, "validate.charset": CHARSET,
                 "prepare.image_size": {**SPEC, "frames": FRAMES}}
 
     def param_problems(self, params, others):
