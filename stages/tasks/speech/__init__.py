@@ -50,7 +50,7 @@ class Speech(Task):
                                "clip sets it (validate.max_seconds refuses longer ones)"),
         ("train.epochs", "20 suits the 2,000 sample clips; fewer clips need more epochs"),
     )
-    models = ("cnn_bigru", "cnn_bigru_small")  # stages/tasks/speech/model.py SIZES
+    models = ("cnn_bigru", "cnn_bigru_small", "cnn_bigru_large")  # model.py SIZES
     task_keys = TASK_KEYS
 
     # (sample rate, hop, seconds the frames hold), set by configure() before validate's checks
