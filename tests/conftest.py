@@ -196,6 +196,28 @@ def copy_ocr_project(dest, params: dict) -> Path:
     return copy_project(ROOT, dest, params={"task": "ocr", **params})
 
 
+# --- audio (issue 40) -------------------------------------------------------------------------
+
+# 12 voice variants x 20 words of the built-in sample, 1 epoch; the 20% shares give 8 train, 1
+# val and 3 test voices (at 15% no voice lands in val)
+AUDIO_TINY = {"sample.per_class": 12, "split.val": 0.2, "split.test": 0.2,
+              "train.epochs": 1, "train.warmup_epochs": 0, "train.batch_size": 16}
+
+
+def audio_params(**extra) -> dict:
+    """The audio task's built-in sample params (its sample_params), the tiny run's, extra."""
+    from stages.tasks.audio import TASK
+
+    return {**TASK.sample_params, **AUDIO_TINY, **extra}
+
+
+@pytest.fixture(scope="session")
+def audio_project(tmp_path_factory):
+    """A project copy with `task: audio` on which `dvc repro` ran once on the tiny sample,
+    committed. Read-only: take a `copy_run` of it."""
+    return task_run(tmp_path_factory, "audio", audio_params())
+
+
 OCR_TINY_RUN = {"sample.lines": 240, "train.epochs": 1, "train.warmup_epochs": 0}
 
 

@@ -1,5 +1,5 @@
-"""Issue 15 for every task (in process, no pipeline run): detection, segmentation and OCR models
-take train.init_from's report by name with the task's head (Task.head) re-initialised on a
+"""Issue 15 for every task (in process, no pipeline run): detection, segmentation, OCR and audio
+models take train.init_from's report by name with the task's head (Task.head) re-initialised on a
 class-count change, freeze_backbone and lr_backbone split the model at that head, and LoRA on
 the task's default targets (Task.lora_targets) trains, merges into a plain model that computes
 the same outputs, and skips what peft cannot merge."""
@@ -15,6 +15,7 @@ from stages.lib.params import load
 from stages.tasks import get
 
 ROOT = Path(__file__).resolve().parent.parent
+AUDIO_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}
 
 # (task, model, meta with n classes, meta with one more, input shape, the head's last layer)
 CASES = {
@@ -26,6 +27,9 @@ CASES = {
     "ocr": ("crnn", {"charset": "abc", "channels": 1, "image_size": [32, 64]},
             {"charset": "abcd", "channels": 1, "image_size": [32, 64]}, (2, 1, 32, 64),
             "head"),
+    "audio": ("audio_cnn", {"classes": ["no", "yes"], "channels": 1, "image_size": AUDIO_SPEC},
+              {"classes": ["no", "up", "yes"], "channels": 1, "image_size": AUDIO_SPEC},
+              (2, 1, 40, 101), "15"),
 }
 
 

@@ -68,7 +68,7 @@ SKIP = {
         "run each task's pipeline on a tiny sample",
     r"^cd /tmp/(det|seg|ocr) &&":
         "runs the full-size project the skipped copy_project command makes",
-    r"^python -m tools\.init --task (detection|segmentation|ocr)":
+    r"^python -m tools\.init --task (detection|segmentation|ocr|audio)":
         "switches the workspace to another task's full-size sample (minutes of training); "
         "tests/test_init_e2e.py runs init and dvc repro per task on tiny data",
     r"^python -m pytest":
@@ -89,6 +89,9 @@ SKIP = {
         "which packages it takes",
     r"^python -m bench\.":
         "benchmarks: minutes of training on full-size data",
+    r"^python -m tools\.predict clips/":
+        "needs an audio model (task: audio) and clips; tests/test_audio_e2e.py runs predict on "
+        "a folder of clips with a truncated and a text file among them",
     r"^python -m tools\.smoke":
         "a whole pipeline run in a temp copy (about 30 s each); tests/test_firsthour_smoke.py "
         "and tests/test_default_pipeline.py run both forms",

@@ -65,7 +65,7 @@ def test_unknown_task_is_an_error_listing_the_tasks(tmp_path):
 
     (tmp_path / "params.yaml").write_text("task: detectoin\n")
     with pytest.raises(StageError, match=r"task 'detectoin' does not exist; tasks: "
-                                         r"classification"):
+                                         r"audio, classification"):
         current(tmp_path / "params.yaml")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stages.lib.io import StageError
+from stages.lib.modality import AUDIO  # the audio modality's keys are marked with its name
 from stages.lib.modality.imagegate import FORMATS, MAX_PIXELS  # the image knobs' defaults
 from stages.lib.userfiles import read_yaml
 
@@ -94,10 +95,10 @@ class Validate:
     # audio (stages/lib/modality/audiogate.py): a clip shorter or longer than these (seconds)
     # is refused; an RMS under silence_db (dB full scale) is silent; more than max_clipped of
     # the samples at full scale is clipping (both warnings)
-    min_seconds: float = knob(0.1, at_least=0.0, modality="audio")
-    max_seconds: float = knob(30.0, above=0.0, modality="audio")
-    silence_db: float = knob(-60.0, below=0.0, modality="audio")
-    max_clipped: float = knob(0.01, at_least=0.0, at_most=1.0, modality="audio")
+    min_seconds: float = knob(0.1, at_least=0.0, modality=AUDIO)
+    max_seconds: float = knob(30.0, above=0.0, modality=AUDIO)
+    silence_db: float = knob(-60.0, below=0.0, modality=AUDIO)
+    max_clipped: float = knob(0.01, at_least=0.0, at_most=1.0, modality=AUDIO)
 
 
 @dataclass(frozen=True)
@@ -273,9 +274,9 @@ class Train:
     # audio, SpecAugment (stages/lib/modality/audioaug.py): aug_masks time and aug_masks
     # frequency masks per clip, each up to aug_time_mask frames / aug_freq_mask mel bands
     # wide (0 = off)
-    aug_time_mask: int = knob(0, at_least=0, modality="audio")
-    aug_freq_mask: int = knob(0, at_least=0, modality="audio")
-    aug_masks: int = knob(2, at_least=0, at_most=8, modality="audio")
+    aug_time_mask: int = knob(0, at_least=0, modality=AUDIO)
+    aug_freq_mask: int = knob(0, at_least=0, modality=AUDIO)
+    aug_masks: int = knob(2, at_least=0, at_most=8, modality=AUDIO)
     # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random
     # init. A path, so dvc.yaml can list it as a dep (DVC cannot depend on "": see NO_WEIGHTS)
     init_from: str = NO_WEIGHTS

@@ -6,7 +6,8 @@ answer is 200 with status `partial`); only when no file is usable does the reque
 when none is an image, 422 when they are corrupt or over --max-pixels (checked from the
 header, before decoding). 413 for a body over --max-bytes (by Content-Length or counted while
 streaming), and when every file is a clip over the audio modality's duration limit (its
-MAX_SECONDS or --max-pixels frames, read from the header; the answer names the limit); a malformed request is 422 (or 400), never a 5xx. No endpoint takes a path:
+MAX_SECONDS or --max-pixels frames, read from the header; the answer names the limit); a
+malformed request is 422 (or 400), never a 5xx. No endpoint takes a path:
 nothing on the server's disk can be read through the API.
 
 Memory is bounded by bytes, not only pixels: each image's decode cost (its header's width x

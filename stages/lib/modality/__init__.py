@@ -37,8 +37,9 @@ stages/lib/modality/audio.py and its parts, whose `image_size` is its feature sp
 import importlib
 
 DEFAULT = "image"
-MODALITIES = {"image": "stages.lib.modality.image",  # name -> module
-              "audio": "stages.lib.modality.audio"}
+AUDIO = "audio"  # the sound files' modality (params.py marks its own keys with this name)
+MODALITIES = {DEFAULT: "stages.lib.modality.image",  # name -> module
+              AUDIO: "stages.lib.modality.audio"}
 INTERFACE = (
     "FIELDS", "INSPECT_ERRORS", "inspect",
     "CHECKS", "check_columns", "expectations", "reason",

@@ -64,7 +64,7 @@ def read_annotations(source: Path, listing: list) -> Annotations:
     labels = read_list(source)
     splits = read_splits(source)
     skip = set(SPLIT_LISTS) | set(SKIP_FILES) | ({LIST} if labels is not None else set())
-    out = Annotations()
+    out = Annotations(skip={LIST} if labels is not None else set())
     for rel, kind, _ in listing:
         top, sep, _rest = rel.rstrip("/").partition("/")
         if rel in skip or (sep and top in SKIP_FOLDERS) or (kind == "empty" and top in

@@ -1,0 +1,120 @@
+"""The audio task's pieces without a pipeline run (issue 40): the sample's bytes, the layouts
+(Speech Commands folders and split lists, labels.tsv), speakers as groups, init's fit, the
+params it refuses, and the model's size."""
+import hashlib
+
+import pytest
+
+from stages.lib.io import StageError
+from stages.tasks import get
+from stages.tasks.audio import annotations
+from stages.tasks.audio.sample import VARIANTS, WORDS, clips
+
+TASK = get("audio")
+# sha256 over (path, NUL, bytes) of the sample's first 40 clips (2 voice variants x 20 words):
+# the bytes every machine must write (libespeak-ng in a fresh process per text, numpy float64
+# post-processing; see stages/tasks/audio/sample.py)
+SAMPLE_40 = "2f3a19994a8230dc3f40bf6aae6530b66c1f9ebf35491f57314419d86e62f50e"
+
+
+def test_sample_bytes_are_fixed_and_every_word_and_voice_is_there():
+    items = list(clips(per_class=2))
+    assert len(items) == 40
+    assert [rel for rel, _ in items[:2]] == ["yes/m1_nohash_0.wav", "yes/f1_nohash_0.wav"]
+    h = hashlib.sha256()
+    for rel, data in items:
+        h.update(rel.encode() + b"\0" + data)
+    assert h.hexdigest() == SAMPLE_40
+    assert {rel.split("/")[0] for rel, _ in items} == set(WORDS) and len(WORDS) == 20
+    assert len(set(VARIANTS)) == len(VARIANTS) == 40
+    again = dict(clips(per_class=1))  # a clip does not depend on which others are written
+    assert all(again[rel] == data for rel, data in items if rel in again)
+
+
+def listing(paths):
+    return [(p, "file", p) for p in paths]
+
+
+def test_speech_commands_layout_reads_labels_speakers_and_its_own_split(tmp_path):
+    (tmp_path / "validation_list.txt").write_text("yes/bob_nohash_0.wav\n")
+    (tmp_path / "testing_list.txt").write_text("no/cat_nohash_1.wav\n\n")
+    paths = ["yes/bob_nohash_0.wav", "yes/amy_nohash_0.wav", "no/cat_nohash_1.wav",
+             "_background_noise_/white.wav", "README.md", "validation_list.txt",
+             "testing_list.txt", "loose.wav"]
+    found = TASK.read_annotations(tmp_path, listing(paths))
+    assert found.values["yes/bob_nohash_0.wav"] == {"label": "yes", "group": "bob",
+                                                    "timestamp": "", "split": "val"}
+    assert found.values["yes/amy_nohash_0.wav"]["split"] == "train"
+    assert found.values["no/cat_nohash_1.wav"] == {"label": "no", "group": "cat",
+                                                   "timestamp": "", "split": "test"}
+    assert {"_background_noise_/white.wav", "README.md", "validation_list.txt",
+            "testing_list.txt"} <= found.skip
+    assert found.errors == {"loose.wav": ("unlabelled", found.errors["loose.wav"][1])}
+    assert "own split" in TASK.layout(found) and "speakers" in TASK.layout(found)
+
+
+def test_labels_tsv_layout_names_missing_files_and_bad_lines(tmp_path):
+    (tmp_path / "labels.tsv").write_text("a.wav\tyes\nb.flac\tno\nghost.wav\tyes\n")
+    found = TASK.read_annotations(tmp_path, listing(["a.wav", "b.flac", "c.ogg"]))
+    assert found.values["a.wav"]["label"] == "yes" and found.values["b.flac"]["label"] == "no"
+    assert found.errors["c.ogg"][0] == "unlabelled"
+    assert found.errors["ghost.wav"][0] == "missing" and "ghost.wav" in found.extra
+    assert "labels.tsv" in found.skip and TASK.layout(found).startswith("labels.tsv")
+    (tmp_path / "labels.tsv").write_text("a.wav yes\n")
+    with pytest.raises(StageError, match=r"labels\.tsv:1: expected `path<TAB>label`"):
+        TASK.read_annotations(tmp_path, listing(["a.wav"]))
+
+
+def test_speaker_is_the_name_before_nohash():
+    assert annotations.speaker("yes/0a7c2a8d_nohash_0.wav") == "0a7c2a8d"
+    assert annotations.speaker("yes/plain.wav") == ""
+
+
+def test_fit_prepare_covers_most_clips_within_bounds():
+    facts = [("train", 16000 * s // 10, 16000, True) for s in (5, 8, 10, 10, 12)]
+    fit = {k: v for k, v, _ in TASK.fit_prepare(facts)}
+    assert fit["prepare.image_size"] == {"sample_rate": 16000, "n_fft": 512, "hop": 160,
+                                         "n_mels": 40, "frames": 101}
+    assert fit["prepare.channels"] == 1 and fit["prepare.mean"] == "auto"
+    long = {k: v for k, v, _ in TASK.fit_prepare([("train", 16000 * 60, 16000, True)])}
+    assert long["prepare.image_size"]["frames"] == 301  # at most 3 s
+
+
+def test_params_of_another_task_or_an_image_size_are_refused(tmp_path):
+    from stages.lib.params import parse_all
+    from stages.tasks import check_params
+
+    raw = {"task": "audio", "train": {"model": "small_cnn"}, "prepare": {"image_size": 32}}
+    with pytest.raises(StageError) as info:
+        check_params(TASK, parse_all(raw, "params.yaml"))
+    assert "a classification model" in str(info.value)
+    assert "prepare.image_size: 32 is an image size" in str(info.value)
+    classification = get("classification")
+    raw = {"train": {"aug_time_mask": 10}}
+    with pytest.raises(StageError, match=r"train\.aug_time_mask: 10 is read by audio only"):
+        check_params(classification, parse_all(raw, "params.yaml"))
+
+
+def test_the_model_has_a_few_hundred_thousand_parameters_and_takes_the_spec():
+    import torch
+
+    model = TASK.build_model("audio_cnn", {"classes": list("abcdefghijklmnopqrst"),
+                                           "channels": 1})
+    n = sum(p.numel() for p in model.parameters())
+    assert 200_000 <= n <= 500_000
+    out = model.eval()(torch.zeros(2, 1, 40, 101))
+    assert out.shape == (2, 20)
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+
+
+def test_sample_rate_check_reads_prepare_rate(tmp_path):
+    from stages.lib.params import parse_all
+
+    TASK.configure(parse_all({"prepare": {"image_size": {"sample_rate": 8000}}}, "p.yaml"))
+    rows = [{"path": "a.wav", "label": "yes", "sample_rate": 8000},
+            {"path": "b.wav", "label": "yes", "sample_rate": 16000}]
+    columns, counts = TASK.check_columns(rows, [True, True], None)
+    assert columns["sample_rate"] == [1, 0] and counts == {16000: 1}
+    assert "not 8000 Hz" in TASK.reason("sample_rate", rows[1], None, counts)
+    TASK.configure(parse_all({}, "p.yaml"))
+    assert TASK.check_columns(rows, [True, True], None)[0]["sample_rate"] == [0, 1]
