@@ -137,3 +137,45 @@ def test_no_list_at_all_leaves_every_clip_unlabelled_naming_the_layouts(tmp_path
     found = read(tmp_path)
     kind, message = found.errors["a.wav"]
     assert kind == "unlabelled" and "transcripts.txt" in message and "trans.txt" in message
+
+
+@pytest.mark.parametrize("layout", ["librispeech", "common_voice"])
+def test_init_reads_the_layout_keeps_its_split_and_fits_the_features(tmp_path, layout):
+    """`tools.init --task speech --source DIR` names the layout, keeps the dataset's own split
+    (split.by given), and fits frames to the longest train clip; the data is not touched."""
+    import yaml
+
+    from tests.conftest import ROOT, run_tool
+    from tools.project import copy_project
+
+    project = copy_project(ROOT, tmp_path / "project")
+    data = project / "data/mine"
+    if layout == "librispeech":
+        for split, seconds in (("train-clean-5", 1.3), ("dev-clean-2", 0.5),
+                               ("test-clean", 0.5)):
+            folder = data / split / "7" / "11"
+            for k in range(3):
+                write_clip(folder / f"7-11-000{k}.flac", seconds=seconds - 0.2 * k)
+            (folder / "7-11.trans.txt").write_text(
+                "".join(f"7-11-000{k} HELLO {k}\n" for k in range(3)))
+        found = "LibriSpeech *.trans.txt"
+    else:
+        for split in ("train", "dev", "test"):
+            (data / f"{split}.tsv").parent.mkdir(parents=True, exist_ok=True)
+            (data / f"{split}.tsv").write_text("client_id\tpath\tsentence\n" + "".join(
+                f"{split}{k % 2}\t{split}{k}.wav\tsay {k}\n" for k in range(3)))
+            for k in range(3):
+                write_clip(data / "clips" / f"{split}{k}.wav",
+                           seconds=1.3 if split == "train" and k == 0 else 0.4)
+        found = "Common Voice TSVs"
+    before = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+    proc = run_tool("init", "--task", "speech", "--source", "data/mine", cwd=project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"found: {found}" in proc.stdout, proc.stdout
+    assert "its own train/val/test split" in proc.stdout and "speakers" in proc.stdout
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert params["task"] == "speech" and params["split"]["by"] == "given"
+    assert params["prepare"]["image_size"]["frames"] == 131  # 1.3 s at hop 160, 16 kHz
+    assert params["validate"]["max_seconds"] == 1.3
+    assert params["train"]["model"] == "cnn_bigru"
+    assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before
