@@ -26,23 +26,21 @@ PITCH = (20, 80)  # espeak-ng's 0-99
 GAIN = (0.4, 1.1)
 NOISE = (0.001, 0.01)  # white noise RMS, full scale 1.0
 ECHO = (0.15, 0.4)  # the room's reflection decay, for half the clips
-HELD_OUT = {"test": 8, "val": 4}  # voice variants held out of training, per split
+# the voice variants held out of training (a seeded draw from the plain English ones, fixed)
+HELD_OUT = {"test": ("Denis", "david", "ed", "f4", "f5", "klatt3", "m1", "m8"),
+            "val": ("Gene", "anika", "linda", "max")}
 SHARE = {"test": 2, "val": 1}  # of every 10 clips: the test and val ones, the rest train
 SPLIT_FILES = {"train": "train.tsv", "val": "dev.tsv", "test": "test.tsv"}
 
 
 def voices_by_split(variants: list) -> dict:
-    """{split: voice variants}: test and val draw from the audio sample's plain English voices
-    (stages/tasks/audio/sample.py VARIANTS: no whisper, robot or croak), a seeded shuffle's
-    first HELD_OUT["test"] and next HELD_OUT["val"]; train speaks with every other variant
-    the wheel ships, the odd ones included (more voices to learn from)."""
-    from stages.tasks.audio.sample import VARIANTS
-
-    plain = [v for v in VARIANTS if v in variants]
-    order = [plain[i] for i in np.random.Generator(np.random.PCG64(SEED)).permutation(
-        len(plain))]
-    n_test, n_val = HELD_OUT["test"], HELD_OUT["val"]
-    held = {"test": sorted(order[:n_test]), "val": sorted(order[n_test:n_test + n_val])}
+    """{split: voice variants}: test and val speak with HELD_OUT's plain English voices (no
+    whisper, robot or croak), never heard in training; train with every other variant the
+    wheel ships, the odd ones included (more voices to learn from)."""
+    missing = sorted(v for split in HELD_OUT.values() for v in split if v not in variants)
+    if missing:
+        raise RuntimeError(f"the espeak-ng wheel has no voice variant {', '.join(missing)}")
+    held = {split: list(voices) for split, voices in HELD_OUT.items()}
     return {**held, "train": sorted(set(variants) - set(held["test"]) - set(held["val"]))}
 
 
