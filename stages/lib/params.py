@@ -277,6 +277,8 @@ class Train:
     aug_time_mask: int = knob(0, at_least=0, modality=AUDIO)
     aug_freq_mask: int = knob(0, at_least=0, modality=AUDIO)
     aug_masks: int = knob(2, at_least=0, at_most=8, modality=AUDIO)
+    # audio: every mel band moved up or down by up to this many bands (0 = off)
+    aug_freq_shift: int = knob(0, at_least=0, at_most=8, modality=AUDIO)
     # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random
     # init. A path, so dvc.yaml can list it as a dep (DVC cannot depend on "": see NO_WEIGHTS)
     init_from: str = NO_WEIGHTS

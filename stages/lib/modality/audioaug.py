@@ -4,7 +4,9 @@ augment.py seeds it from seed, epoch and index, as the image augmentations).
 
 train's keys (stages/lib/params.py): aug_time_mask (the widest time mask, in frames; 0 =
 off), aug_freq_mask (the widest frequency mask, in mel bands; 0 = off), aug_masks (masks of
-each kind); read with defaults of off, so a train section without them augments nothing.
+each kind), aug_freq_shift (every band moved up or down by up to this many bands, the edge
+band repeated: a cheap stand-in for another speaker's vocal tract); read with defaults of
+off, so a train section without them augments nothing.
 Masked cells take the input's mean (per-clip: the masks never leak a constant the model
 could key on). torch is imported inside the function.
 """
@@ -13,21 +15,27 @@ could key on). torch is imported inside the function.
 def augment(x, p, seed: int):
     """Augment one normalised 1 x n_mels x frames float tensor with SpecAugment masks.
 
-    Four uniform numbers are drawn per mask, always the same count in the same order (the
-    time masks' then the frequency masks'), so switching one kind on or off never shifts the
-    other's draws."""
+    Four uniform numbers are drawn per mask, always the same count in the same order, then
+    one for the shift, so switching one kind on or off never shifts the other's draws."""
     import torch
 
     time_w = int(getattr(p, "aug_time_mask", 0))
     freq_w = int(getattr(p, "aug_freq_mask", 0))
     masks = int(getattr(p, "aug_masks", 2))
-    if not (time_w or freq_w) or masks <= 0:
+    shift = int(getattr(p, "aug_freq_shift", 0))
+    if not (time_w or freq_w or shift) or masks < 0:
         return x
-    u = torch.rand(4 * masks, generator=torch.Generator().manual_seed(seed),
+    u = torch.rand(4 * masks + 1, generator=torch.Generator().manual_seed(seed),
                    dtype=torch.float64).tolist()
     _, bands, frames = x.shape
     x = x.clone()
     fill = x.mean()
+    if shift:  # the last draw: every band moved up or down by up to `shift` bands
+        s = int(u[-1] * (2 * shift + 1)) - shift
+        if s > 0:
+            x = torch.cat([x[:, :1].expand(-1, s, -1), x[:, :bands - s]], dim=1)
+        elif s < 0:
+            x = torch.cat([x[:, -s:], x[:, -1:].expand(-1, -s, -1)], dim=1)
     for m in range(masks):
         a, b, c, d = u[4 * m:4 * m + 4]
         if time_w:

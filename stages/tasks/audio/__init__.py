@@ -9,7 +9,7 @@ from stages.tasks.classification import checks as shared_checks
 
 AUDIO_KEYS = ("validate.min_seconds", "validate.max_seconds", "validate.silence_db",
               "validate.max_clipped", "train.aug_time_mask", "train.aug_freq_mask",
-              "train.aug_masks")
+              "train.aug_masks", "train.aug_freq_shift")
 FIT_FRAMES = (26, 301)  # init's frames for one's own data: 0.25 s to 3 s at 10 ms a frame
 
 
@@ -26,6 +26,7 @@ class Audio(Classification):
         "train.model": "audio_cnn", "train.epochs": 16, "train.batch_size": 32,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.label_smoothing": 0.05,
         "train.aug_time_mask": 12, "train.aug_freq_mask": 6, "train.aug_masks": 2,
+        "train.aug_freq_shift": 2,
         "prepare.mean": "auto", "prepare.std": "auto",
         "validate.min_seconds": 0.1, "validate.max_seconds": 30.0,
         "validate.silence_db": -60.0, "validate.max_clipped": 0.01,
@@ -40,7 +41,8 @@ class Audio(Classification):
     revisit = (
         ("prepare.image_size", "the log-mel front end: frames sets the clip length every "
                                "clip is padded or cropped to (frames - 1) x hop samples"),
-        ("train.epochs", "16 suits the 1,600 sample clips; fewer clips need more epochs"),
+        ("train.epochs", "16 suits the 1,600 sample clips (80 voices); fewer clips need more "
+                         "epochs"),
         ("validate.max_seconds", "clips longer than this are refused: a keyword set's clips "
                                  "are about 1 s"),
         ("validate.classes", "[] accepts any folder as a class: list yours"),

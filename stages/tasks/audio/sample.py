@@ -14,12 +14,17 @@ from stages.tasks.audio.annotations import NOHASH
 
 WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
          "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-# sane English-speaking variants (no whisper, robot or croak), in a fixed order
+# espeak-ng's voice variants but the whispered, robotic and croaking ones, in a fixed order
 VARIANTS = ("m1", "f1", "m2", "f2", "m3", "f3", "m4", "f4", "m5", "f5", "m6", "m7", "m8",
             "klatt", "klatt2", "klatt3", "klatt4", "Alex", "Andy", "Annie", "Denis", "Gene",
             "Lee", "Michael", "Mike", "Storm", "adam", "anika", "aunty", "belinda", "benjamin",
-            "boris", "caleb", "david", "ed", "edward", "iven", "john", "linda", "max")
-RENDITIONS = 2
+            "boris", "caleb", "david", "ed", "edward", "iven", "john", "linda", "max",
+            "Alicia", "Andrea", "Diogo", "Gene2", "Henrique", "Hugo", "Jacky", "Marco", "Mario",
+            "Nguyen", "Reed", "antonio", "edward2", "gustave", "ian", "iven2", "iven3", "iven4",
+            "klatt5", "klatt6", "marcelo", "michel", "miguel", "mike2", "norbert", "pablo",
+            "paul", "pedro", "quincy", "rob", "robert", "sandro", "shelby", "steph", "steph2",
+            "steph3", "travis", "victor", "zac", "grandpa")
+RENDITIONS = 1  # more voices teach more than more renditions of one voice (docs/speech.md)
 SAMPLE_RATE = 16000
 
 
