@@ -11,7 +11,8 @@ from stages.tasks.speech import annotations, checks
 # SpecAugment), and its own sample size
 TASK_KEYS = ("sample.clips", "validate.charset", "validate.min_seconds",
              "validate.max_seconds", "validate.silence_db", "validate.max_clipped",
-             "train.aug_time_mask", "train.aug_freq_mask", "train.aug_masks")
+             "train.aug_time_mask", "train.aug_freq_mask", "train.aug_masks",
+             "train.aug_freq_shift")
 MAX_FIT_SECONDS = 30.0  # init: frames cover the longest train clip, up to this
 SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40}
 
