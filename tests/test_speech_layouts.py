@@ -179,3 +179,41 @@ def test_init_reads_the_layout_keeps_its_split_and_fits_the_features(tmp_path, l
     assert params["validate"]["max_seconds"] == 1.3
     assert params["train"]["model"] == "cnn_bigru"
     assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before
+
+
+def test_smoke_subset_cuts_every_layout_to_the_chosen_clips(tmp_path):
+    """Task.subset_annotations (tools.smoke): the subset's lists name the chosen clips only,
+    and it reads as its source does (transcripts, speakers, split)."""
+    import shutil
+
+    from stages.tasks.speech.annotations import write_subset
+
+    trees = {"list": {"transcripts.txt": "a.wav\tone\tx\nb.wav\ttwo\ty\nc.wav\tthree\n"},
+             "cv": {"train.tsv": "client_id\tpath\tsentence\nx\ta.wav\tone\ny\tb.wav\ttwo\n",
+                    "test.tsv": "client_id\tpath\tsentence\nz\tc.wav\tthree\n",
+                    "other.tsv": "client_id\tpath\tsentence\nw\td.wav\tfour\n"},
+             "libri": {"train-x/1/2/1-2.trans.txt": "1-2-0 ONE\n1-2-1 TWO\n",
+                       "test-y/3/4/3-4.trans.txt": "3-4-0 THREE\n"}}
+    audio = {"list": ["a.wav", "b.wav", "c.wav"],
+             "cv": ["clips/a.wav", "clips/b.wav", "clips/c.wav", "clips/d.wav"],
+             "libri": ["train-x/1/2/1-2-0.flac", "train-x/1/2/1-2-1.flac",
+                       "test-y/3/4/3-4-0.flac"]}
+    for name, files in trees.items():
+        source, dest = tmp_path / name, tmp_path / f"{name}-subset"
+        for rel, text in files.items():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            (source / rel).write_text(text)
+        for rel in audio[name]:
+            write_clip(source / rel)
+        found = read(source)
+        chosen = {audio[name][1], audio[name][2]}
+        dest.mkdir()
+        for rel in chosen:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / rel, dest / rel)
+        write_subset(source, dest, found, chosen)
+        sub = read(dest)
+        assert not sub.errors, (name, sub.errors)
+        assert {r: v for r, v in sub.values.items() if r in chosen} == {
+            r: found.values[r] for r in chosen}, name
+        assert audio[name][0] not in sub.values

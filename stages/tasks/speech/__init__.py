@@ -129,6 +129,9 @@ class Speech(Task):
     def read_annotations(self, source, listing):
         return annotations.read_annotations(source, listing)
 
+    def subset_annotations(self, source, dest, found, chosen):
+        annotations.write_subset(source, dest, found, chosen)
+
     def annotation_key(self, row):
         return row["text"]
 

@@ -224,3 +224,34 @@ def read_annotations(source: Path, listing: list) -> Annotations:
         out.warnings.append(("left_out", f"{len(left_out)} clip(s) that only Common Voice's "
                                          f"other lists name are left out ({shown})"))
     return out
+
+
+def write_subset(source: Path, dest: Path, found: Annotations, chosen: set) -> None:
+    """tools.smoke's subset: every annotation file of the layout cut down to the lines of the
+    chosen clips (a list's, Common Voice's header kept, LibriSpeech's per chapter), so the
+    subset reads as its source does, its speakers and its own split included."""
+    from stages.lib.io import write_bytes
+
+    names = set(found.skip) | set(found.values)
+    layout = layout_of(names)
+    base = "clips/" if (source / "clips").is_dir() else ""
+    for name in sorted(annotation_files(layout, names)):
+        lines, _ = decoded(check_inside(source, source / name))
+        if layout == "list":
+            kept = [line for _, line in lines
+                    if line.split("\t")[0].strip().removeprefix("./") in chosen]
+        elif layout == "common_voice":
+            if not lines or name not in (*CV_SPLITS, CV_ALL):
+                continue
+            columns = lines[0][1].split("\t")
+            at = columns.index("path") if "path" in columns else 0
+            kept = [lines[0][1]] + [line for _, line in lines[1:] if len(line.split("\t")) > at
+                                    and base + line.split("\t")[at].strip() in chosen]
+        else:
+            folder = name.rpartition("/")[0]
+            prefix = f"{folder}/" if folder else ""
+            kept = [line for _, line in lines
+                    if any(f"{prefix}{line.partition(' ')[0]}{ext}" in chosen
+                           for ext in LIBRI_AUDIO)]
+        if kept:
+            write_bytes(dest / name, ("\n".join(kept) + "\n").encode())
