@@ -19,7 +19,7 @@ try:
 except SystemExit as exc:
     assert exc.code == 0, exc.code
 heavy = sorted(m for m in ("torch", "torchvision", "great_expectations", "onnx", "onnxruntime",
-                           "sklearn", "dvclive", "ray") if m in sys.modules)
+                           "sklearn", "dvclive", "ray", "soundfile") if m in sys.modules)
 print("HEAVY:" + ",".join(heavy))
 """
 

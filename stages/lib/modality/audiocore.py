@@ -15,7 +15,6 @@ fixed order (the resampler's taps one by one; numpy's FFT and one matrix product
 bands), then rounded to uint8.
 """
 import functools
-import hashlib
 
 import numpy as np
 
@@ -28,8 +27,6 @@ REF_FLOOR_DB = -20.0  # a clip quieter than this is not scaled up (silence stays
 F_MIN = 20.0
 # the fingerprint's own fixed settings (never the params': a hash must not move with them)
 HASH_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 32, "frames": 101}
-FORMATS = ["WAV", "FLAC", "OGG"]  # soundfile's names of the formats read
-EXTENSIONS = {".wav": "WAV", ".wave": "WAV", ".flac": "FLAC", ".ogg": "OGG", ".oga": "OGG"}
 # the manifest columns inspect fills, in order; the error kinds it writes
 FIELDS = ("format", "subtype", "sample_rate", "channels", "frames", "duration", "peak", "rms",
           "nonfinite", "clipped", "error_kind", "error", "mel_hash")
@@ -341,7 +338,3 @@ def thumbnail(ax, sample) -> None:
     ax.imshow(sample[..., 0], origin="lower", aspect="auto", cmap="magma", vmin=0, vmax=255,
               interpolation="nearest")
 
-
-def content_hash(x: np.ndarray) -> str:
-    """sha256 of a stored sample's bytes (tests: prepare's and read's features agree)."""
-    return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
