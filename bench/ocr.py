@@ -77,7 +77,7 @@ def main(epochs, samples, threads, predict_rounds):
     import onnxruntime as ort
 
     from stages.lib.formats import onnx_bytes
-    from stages.tasks.ocr.ctc import greedy
+    from stages.lib.ctc import greedy
 
     model = run.model.eval()
     session = ort.InferenceSession(onnx_bytes(model, meta, TASK),

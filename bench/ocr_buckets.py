@@ -30,8 +30,8 @@ def main(project, buckets, width, rounds, threads):
     from stages.lib.io import read_csv
     from stages.tasks import load_model
     from stages.tasks.ocr import TASK
-    from stages.tasks.ocr.ctc import beam
-    from stages.tasks.ocr.metrics import scores
+    from stages.lib.ctc import beam
+    from stages.lib.ctc import scores
     from stages.lib.modality.imageserve import read as read_image
     from tools.inference import bucket_width, load_onnx, predict_batch
 

@@ -76,7 +76,7 @@ def tensors(items, charset):
     import numpy as np
     import torch
 
-    from stages.tasks.ocr.ctc import encode
+    from stages.lib.ctc import encode
 
     index = {c: i + 1 for i, c in enumerate(charset)}
     x = torch.from_numpy(np.stack([it[0] for it in items]).astype(np.float32))[:, None]
@@ -121,8 +121,8 @@ def train(name, p, x, y, classes, log=print):
 def score(model, x, texts, charset):
     import torch
 
-    from stages.tasks.ocr.ctc import greedy
-    from stages.tasks.ocr.metrics import scores
+    from stages.lib.ctc import greedy
+    from stages.lib.ctc import scores
 
     with torch.no_grad():
         outputs = torch.cat([model(x[i:i + 64]) for i in range(0, len(x), 64)]).numpy()

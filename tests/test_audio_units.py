@@ -91,7 +91,8 @@ def test_params_of_another_task_or_an_image_size_are_refused(tmp_path):
     assert "prepare.image_size: 32 is an image size" in str(info.value)
     classification = get("classification")
     raw = {"train": {"aug_time_mask": 10}}
-    with pytest.raises(StageError, match=r"train\.aug_time_mask: 10 is read by audio only"):
+    with pytest.raises(StageError,
+                       match=r"train\.aug_time_mask: 10 is read by audio( and speech)? only"):
         check_params(classification, parse_all(raw, "params.yaml"))
 
 

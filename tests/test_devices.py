@@ -147,7 +147,7 @@ def test_segmentation_pixel_loss_is_cross_entropy_with_ignored_pixels():
 def test_ocr_ctc_loss_is_torchs(reduction):
     """The task's CTC (routed through the CPU on CUDA under deterministic algorithms) is
     F.ctc_loss over the log-softmax, lengths read from the targets' first column."""
-    from stages.tasks.ocr.loss import ctc_loss
+    from stages.lib.ctc import ctc_loss
 
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(2, 12, 5, generator=g, requires_grad=True)

@@ -1,8 +1,8 @@
-"""Issue 15 for every task (in process, no pipeline run): detection, segmentation, OCR and audio
-models take train.init_from's report by name with the task's head (Task.head) re-initialised on a
-class-count change, freeze_backbone and lr_backbone split the model at that head, and LoRA on
-the task's default targets (Task.lora_targets) trains, merges into a plain model that computes
-the same outputs, and skips what peft cannot merge."""
+"""Issue 15 for every task (in process, no pipeline run): detection, segmentation, OCR, audio
+and speech models take train.init_from's report by name with the task's head (Task.head)
+re-initialised on a class-count change, freeze_backbone and lr_backbone split the model at that
+head, and LoRA on the task's default targets (Task.lora_targets) trains, merges into a plain
+model that computes the same outputs, and skips what peft cannot merge."""
 import dataclasses
 from pathlib import Path
 
@@ -30,6 +30,9 @@ CASES = {
     "audio": ("audio_cnn", {"classes": ["no", "yes"], "channels": 1, "image_size": AUDIO_SPEC},
               {"classes": ["no", "up", "yes"], "channels": 1, "image_size": AUDIO_SPEC},
               (2, 1, 40, 101), "15"),
+    "speech": ("cnn_bigru", {"charset": "ab ", "channels": 1, "image_size": AUDIO_SPEC},
+               {"charset": "abc ", "channels": 1, "image_size": AUDIO_SPEC}, (2, 1, 40, 101),
+               "head"),
 }
 
 

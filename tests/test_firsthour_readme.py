@@ -68,7 +68,7 @@ SKIP = {
         "run each task's pipeline on a tiny sample",
     r"^cd /tmp/(det|seg|ocr) &&":
         "runs the full-size project the skipped copy_project command makes",
-    r"^python -m tools\.init --task (detection|segmentation|ocr|audio)":
+    r"^python -m tools\.init --task (detection|segmentation|ocr|audio|speech)":
         "switches the workspace to another task's full-size sample (minutes of training); "
         "tests/test_init_e2e.py runs init and dvc repro per task on tiny data",
     r"^python -m pytest":

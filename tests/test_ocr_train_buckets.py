@@ -177,7 +177,7 @@ def test_evaluate_runs_each_line_at_its_bucket(bucketed):
     from stages.lib.io import read_csv
     from stages.tasks import load_model
     from stages.lib.shards import load_widths
-    from stages.tasks.ocr.ctc import greedy
+    from stages.lib.ctc import greedy
 
     root = bucketed / "data/processed"
     metrics = json.loads((bucketed / "metrics/eval.json").read_text())

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.tasks.ocr.ctc import collapse, greedy
+from stages.lib.ctc import collapse, greedy, scores
 from stages.tasks.ocr.checks import frames, repeats
-from stages.tasks.ocr.metrics import char_errors, scores
+from stages.tasks.ocr.metrics import char_errors
 from stages.tasks.ocr.sample import CJK_CHARS, text_lines
 
 # sha256 over (path, NUL, bytes) of the first 40 sample lines and their list: the bytes every

@@ -62,6 +62,7 @@ class Sample:
     # detection, segmentation: images written; 0 = the task's default (1,000 and 600)
     images: int = knob(0, at_least=0)
     lines: int = knob(0, at_least=0)  # ocr: text lines written; 0 = the task's 2,400
+    clips: int = knob(0, at_least=0, modality=AUDIO)  # speech: clips written; 0 = 2,000
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ INITIALIZE_DONT_EXIT = 0x8000
 RATE, VOLUME, PITCH, RANGE = 1, 2, 3, 4  # espeak_PARAMETER
 CHARS_UTF8 = 1
 VOICE = "en-us"  # the language every variant speaks
+RAND_SEED = 1  # espeak-ng's random generator, fixed (espeak_ng_SetRandSeed)
 
 SYNTH_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
                                   ctypes.c_void_p)
@@ -71,6 +72,10 @@ def _synth_here(text: str, variant: str, rate: int, pitch: int) -> bytes:
 
     callback = SYNTH_CALLBACK(on_samples)
     lib.espeak_SetSynthCallback(callback)
+    # espeak-ng's own random generator (breath and flutter of some variants: f2, f3, f5,
+    # whisper, Demonic...) is seeded from the clock at initialisation: fixed here, or those
+    # variants give other bytes on every run
+    lib.espeak_ng_SetRandSeed(ctypes.c_long(RAND_SEED))
     name = f"{VOICE}+{variant}" if variant else VOICE
     if lib.espeak_SetVoiceByName(name.encode()) != 0:
         raise RuntimeError(f"espeak-ng has no voice {name!r}")

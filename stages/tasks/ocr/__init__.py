@@ -140,7 +140,7 @@ class OCR(Task):
 
     def encoder(self, meta):
         from stages.lib.io import StageError
-        from stages.tasks.ocr.ctc import encode
+        from stages.lib.ctc import encode
 
         index = {c: i + 1 for i, c in enumerate(meta["charset"])}
         if len(index) != len(meta["charset"]):
@@ -176,28 +176,20 @@ class OCR(Task):
         gradients inf. zero_infinity zeroes that line's loss and gradient instead, which hides
         it: validate's too_long check is what guarantees no such line reaches training. NaN
         (a poisoned input) is not hidden: the loss stays NaN and train stops loudly."""
-        from stages.tasks.ocr.loss import ctc_loss
+        from stages.lib.ctc import ctc_loss
 
         return ctc_loss(outputs, targets, "mean")
 
     def val_sums(self, outputs, targets):
-        from rapidfuzz.distance import Levenshtein
-
-        from stages.tasks.ocr.ctc import collapse
-        from stages.tasks.ocr.loss import ctc_loss
+        from stages.lib.ctc import ctc_loss, val_cer_sum
 
         outputs = outputs.float()
-        loss = ctc_loss(outputs, targets, "sum").item()
-        cer = 0.0
-        for path, target in zip(outputs.argmax(-1).tolist(), targets.tolist(), strict=True):
-            codes = collapse(path)
-            truth = target[1:1 + target[0]]
-            cer += Levenshtein.distance(codes, truth) / max(len(truth), 1)
-        return loss, cer
+        return ctc_loss(outputs, targets, "sum").item(), val_cer_sum(outputs, targets)
 
     def evaluate(self, outputs, targets, paths, images, meta, p):
+        from stages.lib.ctc import scores
         from stages.tasks.ocr.groups import group_metrics, summary
-        from stages.tasks.ocr.metrics import evaluate, scores
+        from stages.tasks.ocr.metrics import evaluate
 
         metrics, files, line = evaluate(outputs, paths, images, meta, p)
         more, more_files = group_metrics(files["predictions.csv"], scores)
@@ -206,13 +198,13 @@ class OCR(Task):
     def agree(self, reference, candidate):
         import numpy as np
 
-        from stages.tasks.ocr.ctc import collapse
+        from stages.lib.ctc import collapse
 
         return np.array([collapse(a) == collapse(b) for a, b in
                          zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
 
     def describe(self, outputs_row):
-        from stages.tasks.ocr.ctc import collapse
+        from stages.lib.ctc import collapse
 
         return f"decoded classes {collapse(outputs_row.argmax(-1))}"
 
@@ -225,8 +217,8 @@ class OCR(Task):
 
     def decode(self, outputs, meta, k):
         """Greedy (the shared decoder evaluate and export use), or a prefix beam search of
-        width meta["beam"] when predict/serve got --beam (stages/tasks/ocr/ctc.py: beam)."""
-        from stages.tasks.ocr.ctc import beam
+        width meta["beam"] when predict/serve got --beam (stages/lib/ctc.py: beam)."""
+        from stages.lib.ctc import beam
 
         width = meta.get("beam") or 1
         return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]

@@ -1,5 +1,6 @@
-"""OCR evaluation on the fixed test split: CER and WER (jiwer), word and line accuracy,
-accuracy per character class, character confusions, the CER distribution and the worst lines.
+"""OCR evaluation on the fixed test split: CER and WER (jiwer, stages/lib/ctc.py), word and
+line accuracy, accuracy per character class, character confusions, the CER distribution and
+the worst lines.
 
 The truth is the transcript in data/split/test.csv (not the encoded target, which drops
 characters the training split never had: those count as errors here).
@@ -7,10 +8,8 @@ characters the training split never had: those count as errors here).
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
+from stages.lib.ctc import cer_by_length, greedy, scores
 from stages.lib.io import csv_bytes, json_bytes, read_csv
-from stages.tasks.ocr.ctc import greedy
 
 TEST_SPLIT = Path("data/split/test.csv")
 CER_BINS = ((0.0, 0.0), (0.0, 0.1), (0.1, 0.25), (0.25, 0.5), (0.5, float("inf")))
@@ -26,18 +25,6 @@ def char_class(c: str) -> str:
     if c.isascii():
         return "punctuation"
     return "cjk" if "\u3000" <= c <= "\u9fff" else "other"
-
-
-def scores(truths: list[str], preds: list[str]) -> dict:
-    """The headline numbers of aligned truth and prediction lists."""
-    import jiwer
-
-    words = jiwer.process_words(truths, preds)
-    seen = words.hits + words.substitutions + words.deletions
-    return {"cer": float(jiwer.cer(truths, preds)), "wer": float(words.wer),
-            "word_accuracy": words.hits / seen if seen else 1.0,
-            "line_accuracy": float(np.mean([t == q for t, q in zip(truths, preds, strict=True)])),
-            "lines": len(truths), "characters": sum(map(len, truths))}
 
 
 def char_errors(truth: str, pred: str):
@@ -57,18 +44,8 @@ def char_errors(truth: str, pred: str):
     return wrong, pairs
 
 
-def cer_by_length(truths, line_cer) -> list[dict]:
-    """Mean CER of the test lines per transcript length (characters), shortest first: the
-    `dvc plots` curve of how errors grow with line length."""
-    by_length = {}
-    for t, c in zip(truths, line_cer, strict=True):
-        by_length.setdefault(len(t), []).append(c)
-    return [{"length": n, "cer": f"{sum(cs) / len(cs):.6f}", "lines": len(cs)}
-            for n, cs in sorted(by_length.items())]
-
-
 def evaluate(outputs, paths, images, meta, p):
-    from stages.tasks.ocr.ctc import distance
+    from stages.lib.ctc import distance
     from stages.tasks.ocr.render import bad_cases_png
 
     truth_of = {r["path"]: r["text"] for r in read_csv(TEST_SPLIT)}

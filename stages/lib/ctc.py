@@ -1,8 +1,19 @@
-"""CTC pieces shared by train, evaluate, export, predict and serve: the one greedy decoder (so
-all of them decode identically), the prefix beam search predict and serve offer as `--beam K`,
-target encoding and the character error rate. numpy only.
+"""CTC pieces shared by every task that emits text (text lines, speech) through train, evaluate,
+export, predict and serve: the one greedy decoder (so all of them decode identically), the prefix
+beam search predict and serve offer as `--beam K`, target encoding, the CTC loss, and the text
+metrics (CER and WER with jiwer, edit distance, CER by transcript length). numpy at import; torch,
+jiwer and rapidfuzz inside the functions that need them.
 
 Outputs are N x T x C logits; class 0 is the CTC blank, class i + 1 is charset[i].
+
+The CTC loss is deterministic on every device: torch's CUDA CTC kernel has no deterministic
+backward (`ctc_loss_backward_gpu` raises under `torch.use_deterministic_algorithms(True)`,
+train.deterministic's default). So when the logits are on a CUDA device and deterministic
+algorithms are on, the loss is computed on the CPU: the log-probabilities are copied over (a
+differentiable copy: the gradient comes back to the device), and the CPU kernel, deterministic,
+does the rest. The sequences are short (T x N x C is a few hundred kB a batch), so the copy costs
+little. With train.deterministic false the CUDA kernel runs where the logits are. On the CPU
+nothing moves.
 """
 import math
 
@@ -136,3 +147,59 @@ def distance(a: str, b: str) -> int:
     from rapidfuzz.distance import Levenshtein
 
     return Levenshtein.distance(a, b)
+
+
+def ctc_loss(outputs, targets, reduction: str):
+    """CTC of N x T x C logits (class 0 the blank) against targets N x (1 + L): the length,
+    then the label codes. zero_infinity=True, deliberately: a sequence CTC cannot align (more
+    labels than frames allow) has an infinite loss, and one would make the batch's loss and
+    gradients inf; the task's gate is what guarantees no such sequence reaches training. NaN
+    (a poisoned input) is not hidden: the loss stays NaN and train stops loudly."""
+    import torch
+    import torch.nn.functional as F
+
+    logp = outputs.float().log_softmax(-1).transpose(0, 1)  # T x N x C
+    device = logp.device
+    if device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
+        logp, targets = logp.cpu(), targets.cpu()
+    lengths = targets[:, 0].long()
+    frames = torch.full((outputs.shape[0],), outputs.shape[1], dtype=torch.long,
+                        device=logp.device)
+    loss = F.ctc_loss(logp, targets[:, 1:].long(), frames, lengths, blank=0,
+                      reduction=reduction, zero_infinity=True)
+    return loss.to(device)
+
+
+def val_cer_sum(outputs, targets) -> float:
+    """Sum over a validation batch (N x T x C logits, targets as ctc_loss's) of each item's
+    greedy character error rate against its encoded target (train's val metric)."""
+    from rapidfuzz.distance import Levenshtein
+
+    cer = 0.0
+    for path, target in zip(outputs.argmax(-1).tolist(), targets.tolist(), strict=True):
+        truth = target[1:1 + target[0]]
+        cer += Levenshtein.distance(collapse(path), truth) / max(len(truth), 1)
+    return cer
+
+
+def scores(truths: list[str], preds: list[str]) -> dict:
+    """The headline numbers of aligned truth and prediction lists: CER and WER (jiwer), word
+    and line accuracy (a line: one whole transcript), the counts."""
+    import jiwer
+
+    words = jiwer.process_words(truths, preds)
+    seen = words.hits + words.substitutions + words.deletions
+    return {"cer": float(jiwer.cer(truths, preds)), "wer": float(words.wer),
+            "word_accuracy": words.hits / seen if seen else 1.0,
+            "line_accuracy": float(np.mean([t == q for t, q in zip(truths, preds, strict=True)])),
+            "lines": len(truths), "characters": sum(map(len, truths))}
+
+
+def cer_by_length(truths, line_cer, key: str = "length", count: str = "lines") -> list[dict]:
+    """Mean CER per transcript length (characters; `key`), shortest first, with how many
+    transcripts (`count`): the `dvc plots` curve of how errors grow with length."""
+    by_length = {}
+    for t, c in zip(truths, line_cer, strict=True):
+        by_length.setdefault(len(t), []).append(c)
+    return [{key: n, "cer": f"{sum(cs) / len(cs):.6f}", count: len(cs)}
+            for n, cs in sorted(by_length.items())]

@@ -1,0 +1,238 @@
+"""Speech to text: clips with transcripts in (a path<TAB>transcript list, LibriSpeech's
+*.trans.txt, Common Voice's TSVs), read as log-mel spectrograms by the audio modality
+(stages/lib/modality/audio.py), a small CNN + BiGRU trained with CTC, CER and WER on the fixed
+test split (greedy and beam), text out. The CTC decoding, loss and text metrics are the ones
+OCR uses (stages/lib/ctc.py)."""
+from stages.lib.modality.audiogate import RATE_CHECK
+from stages.tasks.base import Task
+from stages.tasks.speech import annotations, checks
+
+# validate's and train's audio keys the speech task reads (the audio modality's gate and
+# SpecAugment), and its own sample size
+TASK_KEYS = ("sample.clips", "validate.charset", "validate.min_seconds",
+             "validate.max_seconds", "validate.silence_db", "validate.max_clipped",
+             "train.aug_time_mask", "train.aug_freq_mask", "train.aug_masks",
+             "train.aug_freq_shift")
+MAX_FIT_SECONDS = 30.0  # init: frames cover the longest train clip, up to this
+SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40}
+
+
+class Speech(Task):
+    name = "speech"
+    modality_name = "audio"
+    checks = {**checks.CHECKS, **RATE_CHECK}
+    annotation_fields = ("text", "text_sha256")
+    annotation_errors = ("unlabelled", "missing", "duplicate_entry", "bad_list")
+    meta_keys = ("charset", "blank", "max_len")
+    target_dtype = "int32"  # per clip: [length, code, ..., 0 padding]
+    val_metric = "cer"
+    val_higher_is_better = False
+    output_names = ("logits",)  # N x T/2 x (1 + len(charset)); class 0 is the CTC blank
+    agreement_name = "text_agreement"
+    headline_metric = "cer"
+    secondary_metrics = ("wer", "clip_accuracy")
+    letterbox = None
+    channels = (1, "auto")
+    recipe = {
+        "train.model": "cnn_bigru", "train.epochs": 20, "train.batch_size": 32,
+        "train.lr": 0.003, "train.warmup_epochs": 1, "train.grad_clip": 5.0,
+        "train.aug_time_mask": 12, "train.aug_freq_mask": 6, "train.aug_masks": 2,
+        "prepare.mean": "auto", "prepare.std": "auto",
+        "validate.min_seconds": 0.1, "validate.silence_db": -60.0,
+        "validate.max_clipped": 0.01,
+        # off: the log-mel hash reads the clip's middle second (the modality's fixed HASH_SPEC),
+        # which says little of a longer utterance's words: on the sample, different digit
+        # strings of different voices came within 4 bits of each other
+        "validate.near_dup_distance": -1,
+    }
+    layouts = ("transcripts.txt (path<TAB>transcript[<TAB>speaker] per line), Common Voice's "
+               "train/dev/test.tsv (or validated.tsv) with clips/, or LibriSpeech's "
+               "*.trans.txt beside ID.flac; WAV, FLAC or OGG")
+    revisit = (
+        ("validate.charset", "\"\" accepts any character: list yours, so a stray one stops "
+                             "the gate"),
+        ("prepare.image_size", "frames sets the length every clip is padded to: the longest "
+                               "clip sets it (validate.max_seconds refuses longer ones)"),
+        ("train.epochs", "20 suits the 2,000 sample clips; fewer clips need more epochs"),
+    )
+    models = ("cnn_bigru", "cnn_bigru_small", "cnn_bigru_large")  # model.py SIZES
+    task_keys = TASK_KEYS
+
+    # (sample rate, hop, seconds the frames hold), set by configure() before validate's checks
+    geometry = (16000, 160, 3.2)
+
+    @property
+    def sample_params(self):
+        from stages.tasks.speech.sample import CHARSET, CLIPS, FRAMES, MAX_SECONDS
+
+        return {"sample.clips": CLIPS, "split.by": "given", **self.recipe,
+                "validate.max_seconds": MAX_SECONDS, "validate.charset": CHARSET,
+                "prepare.image_size": {**SPEC, "frames": FRAMES}}
+
+    def param_problems(self, params, others):
+        out = super().param_problems(params, others)
+        prepare = params["prepare"]
+        if isinstance(prepare.image_size, int):
+            out.append(f"prepare.image_size: {prepare.image_size} is an image size; speech "
+                       f"takes auto or its log-mel spec, a mapping such as {{sample_rate: "
+                       f"16000, n_fft: 512, hop: 160, n_mels: 40, frames: 321}}")
+        if prepare.height:
+            out.append(f"prepare.height: {prepare.height} is for text lines; speech takes 0")
+        return out
+
+    def configure(self, params):
+        from stages.lib.modality.audiocore import spec_of
+
+        size = params["prepare"].image_size
+        spec = spec_of(size if isinstance(size, dict) else {})
+        self.geometry = (spec["sample_rate"], spec["hop"],
+                         (spec["frames"] - 1) * spec["hop"] / spec["sample_rate"])
+
+    def layout(self, found):
+        return {"list": f"{annotations.LIST} list (path<TAB>transcript)",
+                "common_voice": "Common Voice TSVs",
+                "librispeech": "LibriSpeech *.trans.txt"}.get(
+            annotations.layout_of(set(found.skip) | set(found.values)), self.layouts)
+
+    def data_summary(self, rows):
+        texts = [r["text"] for r in rows]
+        chars = {c for t in texts for c in t}
+        speakers = {r.get("group") for r in rows if r.get("group")}
+        return (f"{len(texts)} transcripts, {len(chars)} distinct characters, up to "
+                f"{max(map(len, texts), default=0)} per clip, {len(speakers)} speakers")
+
+    def fit_prepare(self, images):
+        """The log-mel spec for one's own data: frames holding the longest train clip (from
+        the headers: (split, frames, rate, grey)), capped at MAX_FIT_SECONDS; CTC must see the
+        whole clip, so validate.max_seconds refuses longer ones instead of cropping them."""
+        import math
+
+        from stages.tasks.base import train_of
+
+        seconds = max((f / r for _, f, r, _ in train_of(images) if r), default=1.0)
+        seconds = min(MAX_FIT_SECONDS, math.ceil(seconds * 10) / 10)
+        spec = {**SPEC, "frames": 1 + round(seconds * SPEC["sample_rate"] / SPEC["hop"])}
+        return [("prepare.image_size", spec,
+                 f"log-mel at {spec['sample_rate']} Hz; frames hold the longest train clip "
+                 f"({seconds:g} s, at most {MAX_FIT_SECONDS:g})"),
+                ("validate.max_seconds", seconds, "a longer clip would be cropped, its words "
+                                                  "lost to CTC: the gate refuses it"),
+                ("prepare.channels", 1, "a spectrogram: every clip mixed to mono"),
+                ("prepare.mean", "auto", "the prepared train split's"),
+                ("prepare.std", "auto", "the prepared train split's")]
+
+    def sample(self, p):
+        from stages.tasks.speech.sample import CLIPS, clips
+
+        return clips(p.clips or CLIPS)
+
+    def read_annotations(self, source, listing):
+        return annotations.read_annotations(source, listing)
+
+    def subset_annotations(self, source, dest, found, chosen):
+        annotations.write_subset(source, dest, found, chosen)
+
+    def annotation_key(self, row):
+        return row["text"]
+
+    def check_columns(self, rows, ok, p):
+        from stages.lib.modality.audiogate import rate_columns
+
+        columns, counts = rate_columns(rows, ok, self.geometry[0])
+        return {**checks.check_columns(rows, ok, p, self.geometry), **columns}, counts
+
+    def file_expectations(self, p):
+        from stages.lib.modality.audiogate import rate_expectations
+
+        return checks.file_expectations(p) + rate_expectations()
+
+    def reason(self, check, row, p, findings):
+        if check == "sample_rate":
+            from stages.lib.modality.audiogate import rate_reason
+
+            return rate_reason(row, self.geometry[0], findings)
+        return checks.reason(check, row, p, self.geometry)
+
+    def prepare_meta(self, splits):
+        from stages.lib.io import StageError
+
+        charset = sorted({c for r in splits["train"] for c in r["text"]})
+        if not charset:
+            raise StageError("prepare: the training split holds no characters")
+        return {"charset": charset, "blank": 0,
+                "max_len": max(len(r["text"]) for rows in splits.values() for r in rows)}
+
+    def encoder(self, meta):
+        from stages.lib.ctc import encode
+
+        index = {c: i + 1 for i, c in enumerate(meta["charset"])}
+        return lambda row, pixels: encode(row["text"], index, meta["max_len"])
+
+    def build_model(self, name, meta):
+        from stages.lib.modality.audiocore import spec_of
+        from stages.tasks.speech.model import build_model
+
+        return build_model(name, 1 + len(meta["charset"]), spec_of(meta["image_size"])["n_mels"])
+
+    def head(self, model):
+        return "head"  # the linear layer to 1 + len(charset) per frame
+
+    def lora_targets(self, model):
+        return ["features.*", "proj.*"]  # the convolutions (the GRU is never adapted)
+
+    def loss(self, outputs, targets, p):
+        """CTC (stages/lib/ctc.py), zero_infinity=True: validate's too_long check is what
+        guarantees no clip CTC cannot align reaches training."""
+        from stages.lib.ctc import ctc_loss
+
+        return ctc_loss(outputs, targets, "mean")
+
+    def val_sums(self, outputs, targets):
+        from stages.lib.ctc import ctc_loss, val_cer_sum
+
+        outputs = outputs.float()
+        return ctc_loss(outputs, targets, "sum").item(), val_cer_sum(outputs, targets)
+
+    def evaluate(self, outputs, targets, paths, images, meta, p):
+        from stages.tasks.speech.metrics import evaluate
+
+        return evaluate(outputs, paths, images, meta, p, self.modality.thumbnail)
+
+    def agree(self, reference, candidate):
+        import numpy as np
+
+        from stages.lib.ctc import collapse
+
+        return np.array([collapse(a) == collapse(b) for a, b in
+                         zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
+
+    def describe(self, outputs_row):
+        from stages.lib.ctc import collapse
+
+        return f"decoded classes {collapse(outputs_row.argmax(-1))}"
+
+    prediction_fields = {"text": "string", "confidence": "number"}
+
+    def empty_prediction(self):
+        return {"text": "", "confidence": None}
+
+    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
+
+    def decode(self, outputs, meta, k):
+        """Greedy (the decoder evaluate and export use), or a prefix beam search of width
+        meta["beam"] when predict/serve got --beam (stages/lib/ctc.py: beam)."""
+        from stages.lib.ctc import beam
+
+        width = meta.get("beam") or 1
+        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]
+
+    def headline(self, facts):
+        return [("test CER", facts.eval.get("cer")), ("test WER", facts.eval.get("wer"))]
+
+    def report_sections(self, facts):
+        from stages.tasks.speech import report
+
+        return report.sections(facts)
+
+
+TASK = Speech()
