@@ -134,7 +134,7 @@ def cpu_ms_per_line(model, x, charset, rounds=3):
     batch 64, no grad, forward and greedy CTC decoding."""
     import torch
 
-    from stages.tasks.ocr.ctc import greedy
+    from stages.lib.ctc import greedy
 
     best = float("inf")
     with torch.no_grad():
@@ -155,7 +155,7 @@ def onnx_ms_per_line(model, x, charset, threads, rounds=3):
     import torch
 
     from stages.lib.formats import onnx_session
-    from stages.tasks.ocr.ctc import greedy
+    from stages.lib.ctc import greedy
 
     with tf.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
