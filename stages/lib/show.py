@@ -20,6 +20,44 @@ def invisible(char: str) -> bool:
     follows (NUL, ESC, U+200B, U+202E, U+2028...)."""
     return unicodedata.category(char) in INVISIBLE
 
+SHOWN = 60  # characters of a transcript a message quotes; the rest is counted
+SHOWN_CHARS = 20  # distinct characters a message lists at most
+
+
+def only_invisible(text: str) -> bool:
+    """Not blank, yet nothing but invisible characters and whitespace."""
+    return bool(text.strip()) and all(invisible(c) or c.isspace() for c in text)
+
+
+def clip(text: str) -> str:
+    """A transcript as a message quotes it: its repr (invisible characters escaped), cut to
+    SHOWN characters with the length after it."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r}… ({len(text)} chars)"
+
+
+def listed(chars) -> str:
+    """Distinct characters as U+XXXX (sorted), SHOWN_CHARS at most and how many more."""
+    chars = sorted(set(chars))
+    more = len(chars) - SHOWN_CHARS
+    return ", ".join(f"U+{ord(c):04X}" for c in chars[:SHOWN_CHARS]) + (
+        f" and {more} more" if more > 0 else "")
+
+
+def outside(text: str, charset) -> str:
+    """The characters of text not in charset, as validate's unknown_char message lists them."""
+    allowed = set(charset)
+    bad = sorted({c for c in text if c not in allowed})
+    more = len(bad) - SHOWN_CHARS
+    return (f"characters outside validate.charset: {' '.join(map(repr, bad[:SHOWN_CHARS]))}"
+            + (f" and {more} more" if more > 0 else ""))
+
+
+def repeats(text: str) -> int:
+    """Adjacent repeated characters: each needs a blank CTC frame between its two."""
+    return sum(a == b for a, b in zip(text, text[1:], strict=False))
+
 
 def text(value, keep: str = "") -> str:
     """value as printable text: every invisible character (but those in `keep`, such as a

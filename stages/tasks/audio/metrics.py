@@ -1,34 +1,15 @@
 """The audio task's metrics: the classification task's own code (headline, per-class scores,
 calibration, confusion, bad cases; stages/tasks/classification/metrics.py, imported, not
 copied), with the bad cases drawn as spectrograms (the audio modality's thumbnail)."""
-from stages.lib.charts import png_bytes
 from stages.tasks.classification import metrics as shared
 
 
 def contact_sheet_png(samples, rows: list[dict]) -> bytes:
-    """A grid of stored log-mel samples, each titled with its path, truth, prediction and
-    confidence."""
-    import math
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
+    """A grid of stored log-mel samples drawn as spectrograms, each titled as classification's
+    bad cases are."""
     from stages.lib.modality.audiocore import thumbnail
 
-    cols = max(1, min(4, len(rows)))
-    lines = max(1, math.ceil(len(rows) / cols))
-    fig = Figure(figsize=(2.8 * cols, 1.9 * lines), dpi=100, layout="constrained")
-    if not rows:
-        fig.text(0.5, 0.5, "no misclassified test clips", ha="center", va="center")
-    for k, (sample, r) in enumerate(zip(samples, rows, strict=True)):
-        ax = fig.add_subplot(lines, cols, k + 1)
-        thumbnail(ax, sample)
-        ax.set_axis_off()
-        ax.set_title(f"{r['path']}\ntrue {r['true']} -> {r['predicted']} "
-                     f"({float(r['confidence']):.2f})", fontsize=7)
-    return png_bytes(fig)
+    return shared.contact_sheet_png(samples, rows, thumbnail, cell=(2.8, 1.9), what="clips")
 
 
 def evaluate(logits, y, paths, samples, classes, p) -> tuple:

@@ -108,8 +108,11 @@ def confusion_png(y_true, y_pred, classes) -> bytes:
     return png_bytes(fig)
 
 
-def contact_sheet_png(images, rows: list[dict]) -> bytes:
-    """A grid of uint8 HxWxC images, each titled with its path, truth, prediction, confidence."""
+def contact_sheet_png(images, rows: list[dict], thumbnail=None, cell=(2.4, 2.6),
+                      what="images") -> bytes:
+    """A grid of stored samples (uint8 HxWxC images), each titled with its path, truth,
+    prediction and confidence; `thumbnail(ax, sample)` draws one (default: the image
+    modality's), in a `cell` (width, height) in inches; `what` names them when there are none."""
     import math
 
     import matplotlib
@@ -117,13 +120,14 @@ def contact_sheet_png(images, rows: list[dict]) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    from stages.lib.modality.imagecore import thumbnail
+    if thumbnail is None:
+        from stages.lib.modality.imagecore import thumbnail
 
     cols = max(1, min(4, len(rows)))
     lines = max(1, math.ceil(len(rows) / cols))
-    fig = Figure(figsize=(2.4 * cols, 2.6 * lines), dpi=100, layout="constrained")
+    fig = Figure(figsize=(cell[0] * cols, cell[1] * lines), dpi=100, layout="constrained")
     if not rows:
-        fig.text(0.5, 0.5, "no misclassified test images", ha="center", va="center")
+        fig.text(0.5, 0.5, f"no misclassified test {what}", ha="center", va="center")
     for k, (img, r) in enumerate(zip(images, rows, strict=True)):
         ax = fig.add_subplot(lines, cols, k + 1)
         thumbnail(ax, img)

@@ -8,7 +8,8 @@ at prepare.width, as prepare does), divided by the model's horizontal stride (4)
 check, CTC's loss is infinite for such a line and `zero_infinity` would silently train on nothing
 for it.
 """
-from stages.lib.show import invisible
+from stages.lib.show import (
+    clip, invisible, listed, only_invisible, outside, repeats)
 from stages.tasks.base import BLOCKING, WARNING
 
 STRIDE = 4  # input columns per output frame of the CRNN (model.py)
@@ -32,13 +33,7 @@ CHECKS = {
                                 "prints nothing or moves what follows; with validate.charset "
                                 "they are unknown_char, which blocks"),
 }
-SHOWN = 60  # characters of a transcript a message quotes; the rest is counted
-SHOWN_CHARS = 20  # characters unknown_char and invisible_text list at most
 
-
-def only_invisible(text: str) -> bool:
-    """Not blank, yet nothing but invisible characters and whitespace (stages.lib.show)."""
-    return bool(text.strip()) and all(invisible(c) or c.isspace() for c in text)
 
 
 def has_invisible(text: str) -> bool:
@@ -47,24 +42,7 @@ def has_invisible(text: str) -> bool:
     return any(invisible(c) for c in text)
 
 
-def clip(text: str) -> str:
-    """A transcript as a message quotes it: its repr (invisible characters escaped), cut to
-    SHOWN characters with the length after it."""
-    if len(text) <= SHOWN:
-        return repr(text)
-    return f"{text[:SHOWN]!r}… ({len(text)} chars)"
 
-
-def listed(chars) -> str:
-    """Distinct characters as U+XXXX (sorted), SHOWN_CHARS at most and how many more."""
-    chars = sorted(set(chars))
-    more = len(chars) - SHOWN_CHARS
-    return ", ".join(f"U+{ord(c):04X}" for c in chars[:SHOWN_CHARS]) + (
-        f" and {more} more" if more > 0 else "")
-
-
-def repeats(text: str) -> int:
-    return sum(a == b for a, b in zip(text, text[1:], strict=False))
 
 
 def frames(width: int, height: int, geometry) -> int:
@@ -125,11 +103,7 @@ def reason(check, row, p, geometry) -> str:
                 f"line gives {t} at prepare.height {geometry[0]} (prepare.width {geometry[1]}, "
                 f"stride {STRIDE})")
     if check == "unknown_char":
-        charset = set(p.charset)
-        bad = sorted({c for c in text if c not in charset})
-        more = len(bad) - SHOWN_CHARS
-        return (f"characters outside validate.charset: {' '.join(map(repr, bad[:SHOWN_CHARS]))}"
-                + (f" and {more} more" if more > 0 else ""))
+        return outside(text, p.charset)
     if check == "aspect":
         return (f"{w}x{h}: taller than wide by {h / w:.2f} > validate.max_aspect "
                 f"({p.max_aspect}); is it rotated or not a text line?")

@@ -8,7 +8,8 @@ its duration (capped at prepare.max_seconds, as prepare crops it) in feature fra
 prepare.hop samples), divided by the model's time stride (STRIDE). Without this check CTC's
 loss is infinite for such a clip and `zero_infinity` would silently train on nothing for it.
 """
-from stages.lib.show import invisible
+from stages.lib.show import (
+    clip, invisible, listed, only_invisible, outside, repeats)
 from stages.tasks.base import BLOCKING, WARNING
 
 STRIDE = 2  # feature frames per output frame of the models (model.py)
@@ -27,31 +28,10 @@ CHECKS = {
     "whitespace": (WARNING, "leading or trailing whitespace in a transcript"),
     "invisible_chars": (WARNING, "a transcript holding invisible characters among its text"),
 }
-SHOWN = 60  # characters of a transcript a message quotes; the rest is counted
-SHOWN_CHARS = 20  # characters a message lists at most
 
 
-def only_invisible(text: str) -> bool:
-    """Not blank, yet nothing but invisible characters and whitespace."""
-    return bool(text.strip()) and all(invisible(c) or c.isspace() for c in text)
 
 
-def clip(text: str) -> str:
-    """A transcript as a message quotes it: its repr (invisible characters escaped), cut."""
-    if len(text) <= SHOWN:
-        return repr(text)
-    return f"{text[:SHOWN]!r}… ({len(text)} chars)"
-
-
-def listed(chars) -> str:
-    chars = sorted(set(chars))
-    more = len(chars) - SHOWN_CHARS
-    return ", ".join(f"U+{ord(c):04X}" for c in chars[:SHOWN_CHARS]) + (
-        f" and {more} more" if more > 0 else "")
-
-
-def repeats(text: str) -> int:
-    return sum(a == b for a, b in zip(text, text[1:], strict=False))
 
 
 def frames(seconds: float, geometry) -> int:
@@ -116,11 +96,7 @@ def reason(check, row, p, geometry) -> str:
         return (f"transcript {clip(text)} holds only invisible characters "
                 f"({listed(c for c in text if invisible(c))}): write what is said")
     if check == "unknown_char":
-        charset = set(p.charset)
-        bad = sorted({c for c in text if c not in charset})
-        more = len(bad) - SHOWN_CHARS
-        return (f"characters outside validate.charset: {' '.join(map(repr, bad[:SHOWN_CHARS]))}"
-                + (f" and {more} more" if more > 0 else ""))
+        return outside(text, p.charset)
     if check == "too_long":
         seconds = seconds_of(row)
         rate, hop, longest = geometry
