@@ -218,6 +218,23 @@ def audio_project(tmp_path_factory):
     return task_run(tmp_path_factory, "audio", audio_params())
 
 
+SPEECH_TINY = {"sample.clips": 60, "train.epochs": 1, "train.warmup_epochs": 0,
+               "train.batch_size": 16}
+
+
+def speech_params(**extra) -> dict:
+    from stages.tasks.speech import TASK
+
+    return {**TASK.sample_params, **SPEECH_TINY, **extra}
+
+
+@pytest.fixture(scope="session")
+def speech_project(tmp_path_factory):
+    """A committed project copy with `task: speech` on which `dvc repro` ran once on the tiny
+    sample (60 clips, 1 epoch). Read-only: take a `copy_run` of it."""
+    return task_run(tmp_path_factory, "speech", speech_params())
+
+
 OCR_TINY_RUN = {"sample.lines": 240, "train.epochs": 1, "train.warmup_epochs": 0}
 
 

@@ -48,7 +48,7 @@ def set_params(project, **train) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("run", ["trained_project", "detection_project", "segmentation_project",
-                                 "ocr_project"])
+                                 "ocr_project", "audio_project", "speech_project"])
 def test_train_writes_the_same_bytes_under_hostile_settings(run, request, tmp_path):
     if kernels.unsupported():
         pytest.skip(f"this machine cannot run the portable kernels: {kernels.unsupported()}")
@@ -164,7 +164,7 @@ VML_OPS = {"sqrt", "acos", "asin", "atan", "cos", "sin", "tan", "erf", "erfc", "
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("run", ["trained_project", "detection_project", "segmentation_project",
-                                 "ocr_project"])
+                                 "ocr_project", "audio_project", "speech_project"])
 def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
     """One real step of each task's sample model (its shared run's data, params, optimizer and
     loss) under a dispatch mode that records every ATen op."""

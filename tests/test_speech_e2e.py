@@ -12,26 +12,9 @@ import pytest
 import soundfile as sf
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, measured, run_stage, run_tool, serving, task_run
+from tests.conftest import ROOT, measured, run_stage, run_tool, serving, speech_params
 
 pytestmark = pytest.mark.e2e
-
-SPEECH_TINY = {"sample.clips": 60, "train.epochs": 1, "train.warmup_epochs": 0,
-               "train.batch_size": 16}
-
-
-def speech_params(**extra) -> dict:
-    from stages.tasks.speech import TASK
-
-    return {**TASK.sample_params, **SPEECH_TINY, **extra}
-
-
-@pytest.fixture(scope="session")
-def speech_project(tmp_path_factory):
-    """A committed project copy with `task: speech` on which `dvc repro` ran once on the tiny
-    sample. Read-only."""
-    return task_run(tmp_path_factory, "speech", speech_params())
-
 
 def test_the_run_scores_text_and_keeps_voices_apart(speech_project):
     metrics = json.loads((speech_project / "metrics/eval.json").read_text())
