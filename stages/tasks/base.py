@@ -427,3 +427,37 @@ def fit_channels(images: list) -> tuple:
     return ("prepare.channels", 3 if colour else 1,
             f"{colour} of {len(images)} images are colour" if colour
             else f"all {len(images)} images are grey")
+
+
+class CtcText:
+    """What a task whose model emits CTC frames over a charset (ocr, speech) answers the same
+    way: export's agreement (the same collapsed classes), predict's and serve's text rows and
+    their --beam option. Mixed in before Task: `class OCR(CtcText, Task)`."""
+
+    def agree(self, reference, candidate):
+        import numpy as np
+
+        from stages.lib.ctc import collapse
+
+        return np.array([collapse(a) == collapse(b) for a, b in
+                         zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
+
+    def describe(self, outputs_row):
+        from stages.lib.ctc import collapse
+
+        return f"decoded classes {collapse(outputs_row.argmax(-1))}"
+
+    prediction_fields = {"text": "string", "confidence": "number"}
+
+    def empty_prediction(self):
+        return {"text": "", "confidence": None}
+
+    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
+
+    def decode(self, outputs, meta, k):
+        """Greedy (the decoder evaluate and export use), or a prefix beam search of width
+        meta["beam"] when predict/serve got --beam (stages/lib/ctc.py: beam)."""
+        from stages.lib.ctc import beam
+
+        width = meta.get("beam") or 1
+        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]

@@ -1,12 +1,12 @@
 """Text recognition (OCR): cropped line images with transcripts in (rec_gt.txt, JSONL or
 x.png + x.txt pairs), a small CRNN trained with CTC, CER on the fixed test split, text out."""
-from stages.tasks.base import Task
+from stages.tasks.base import CtcText, Task
 from stages.tasks.ocr import annotations, checks
 
 FIT_HEIGHT = 32  # tools.init's line height for one's own data (the sample's)
 
 
-class OCR(Task):
+class OCR(CtcText, Task):
     name = "ocr"
     annotation_fields = ("text", "text_sha256")
     checks = checks.CHECKS
@@ -194,34 +194,6 @@ class OCR(Task):
         metrics, files, line = evaluate(outputs, paths, images, meta, p)
         more, more_files = group_metrics(files["predictions.csv"], scores)
         return {**metrics, **more}, {**files, **more_files}, line + summary(more)
-
-    def agree(self, reference, candidate):
-        import numpy as np
-
-        from stages.lib.ctc import collapse
-
-        return np.array([collapse(a) == collapse(b) for a, b in
-                         zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
-
-    def describe(self, outputs_row):
-        from stages.lib.ctc import collapse
-
-        return f"decoded classes {collapse(outputs_row.argmax(-1))}"
-
-    prediction_fields = {"text": "string", "confidence": "number"}
-
-    def empty_prediction(self):
-        return {"text": "", "confidence": None}
-
-    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
-
-    def decode(self, outputs, meta, k):
-        """Greedy (the shared decoder evaluate and export use), or a prefix beam search of
-        width meta["beam"] when predict/serve got --beam (stages/lib/ctc.py: beam)."""
-        from stages.lib.ctc import beam
-
-        width = meta.get("beam") or 1
-        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]
 
     def headline(self, facts):
         return [("test CER", facts.eval.get("cer")),

@@ -4,7 +4,7 @@
 test split (greedy and beam), text out. The CTC decoding, loss and text metrics are the ones
 OCR uses (stages/lib/ctc.py)."""
 from stages.lib.modality.audiogate import RATE_CHECK
-from stages.tasks.base import Task
+from stages.tasks.base import CtcText, Task
 from stages.tasks.speech import annotations, checks
 
 # validate's and train's audio keys the speech task reads (the audio modality's gate and
@@ -17,7 +17,7 @@ MAX_FIT_SECONDS = 30.0  # init: frames cover the longest train clip, up to this
 SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40}
 
 
-class Speech(Task):
+class Speech(CtcText, Task):
     name = "speech"
     modality_name = "audio"
     checks = {**checks.CHECKS, **RATE_CHECK}
@@ -197,34 +197,6 @@ class Speech(Task):
         from stages.tasks.speech.metrics import evaluate
 
         return evaluate(outputs, paths, images, meta, p, self.modality.thumbnail)
-
-    def agree(self, reference, candidate):
-        import numpy as np
-
-        from stages.lib.ctc import collapse
-
-        return np.array([collapse(a) == collapse(b) for a, b in
-                         zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
-
-    def describe(self, outputs_row):
-        from stages.lib.ctc import collapse
-
-        return f"decoded classes {collapse(outputs_row.argmax(-1))}"
-
-    prediction_fields = {"text": "string", "confidence": "number"}
-
-    def empty_prediction(self):
-        return {"text": "", "confidence": None}
-
-    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
-
-    def decode(self, outputs, meta, k):
-        """Greedy (the decoder evaluate and export use), or a prefix beam search of width
-        meta["beam"] when predict/serve got --beam (stages/lib/ctc.py: beam)."""
-        from stages.lib.ctc import beam
-
-        width = meta.get("beam") or 1
-        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]
 
     def headline(self, facts):
         return [("test CER", facts.eval.get("cer")), ("test WER", facts.eval.get("wer"))]
