@@ -23,6 +23,8 @@ from pathlib import Path
 
 import click
 
+from bench.ocr_font_sets import SETS
+
 TRAIN_FONTS = ("DejaVuSans", "DejaVuSans-Bold", "DejaVuSansMono", "DejaVuSerif-Bold")
 HELD_OUT = ("DejaVuSans-Oblique", "DejaVuSerif", "STIXGeneral")
 WORDS = ("Invoice No. total subtotal amount due paid balance EUR USD GBP qty unit price "
@@ -146,23 +148,25 @@ def cpu_ms_per_line(model, x, charset, rounds=3):
     return best
 
 
-def onnx_ms_per_line(model, x, charset, threads, rounds=3):
-    """The same through onnxruntime (the model exported as the export stage does: dynamo,
-    dynamic batch; its intra-op pool of `threads`)."""
+def onnx_blob(model, x) -> bytes:
+    """The model exported as the export stage does (dynamo, dynamic batch)."""
     import tempfile as tf
     import warnings
 
     import torch
-
-    from stages.lib.formats import onnx_session
-    from stages.lib.ctc import greedy
 
     with tf.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model.eval(), (x[:2],), f"{tmp}/m.onnx", input_names=["input"],
                           output_names=["logits"], external_data=False, verbose=False,
                           dynamic_shapes=({0: torch.export.Dim("batch")},))
-        session = onnx_session(Path(f"{tmp}/m.onnx").read_bytes(), threads)
+        return Path(f"{tmp}/m.onnx").read_bytes()
+
+
+def session_ms_per_line(session, x, charset, rounds=3):
+    """Predict's CPU ms per line through an onnxruntime session (batch 64, greedy decoding)."""
+    from stages.lib.ctc import greedy
+
     xs = x.numpy()
     best = float("inf")
     for _ in range(rounds):
@@ -171,6 +175,41 @@ def onnx_ms_per_line(model, x, charset, threads, rounds=3):
             greedy(session.run(None, {"input": xs[i:i + 64]})[0], charset)
         best = min(best, (time.process_time() - tic) / len(xs) * 1000)
     return best
+
+
+def onnx_ms_per_line(model, x, charset, threads, rounds=3):
+    """The same through onnxruntime (its intra-op pool of `threads`)."""
+    from stages.lib.formats import onnx_session
+
+    return session_ms_per_line(onnx_session(onnx_blob(model, x), threads), x, charset, rounds)
+
+
+def int8_scores(model, calibration, tests, train_fonts, held_out, charset, threads) -> dict:
+    """The model quantized as export's onnx_int8 (stages/lib/formats.py: int8_bytes), calibrated
+    on `calibration` lines: its CER and line accuracy seen and unseen, per held-out font, and
+    its predict CPU ms per line on every test line."""
+    from stages.lib.ctc import greedy, scores
+    from stages.lib.formats import int8_bytes, onnx_session
+
+    blob = int8_bytes(onnx_blob(model, calibration), calibration.numpy())
+    session = onnx_session(blob, threads)
+
+    def read(items):
+        xs = tensors(items, charset)[0].numpy()
+        out = [session.run(None, {"input": xs[i:i + 64]})[0] for i in range(0, len(xs), 64)]
+        return [t for o in out for t, _ in greedy(o, charset)]
+
+    out = {}
+    for kind, fonts in (("seen", train_fonts), ("unseen", held_out)):
+        items = [it for f in fonts for it in tests[f]]
+        s = scores([it[1] for it in items], read(items))
+        out[f"int8_cer_{kind}"], out[f"int8_acc_{kind}"] = s["cer"], s["line_accuracy"]
+    for f in held_out:
+        out[f"int8 {f}"] = scores([it[1] for it in tests[f]], read(tests[f]))["cer"]
+    every = [it for f in (*train_fonts, *held_out) for it in tests[f]]
+    out["int8_cpu_ms_per_line"] = session_ms_per_line(session, tensors(every, charset)[0],
+                                                      charset)
+    return out
 
 
 def names(option: str, value: str) -> tuple:
@@ -188,20 +227,33 @@ def row_text(r, held_out) -> str:
             + (f"  train {r['train_cpu_s']:.0f} CPU s" if "train_cpu_s" in r else "")
             + f"  predict {r['cpu_ms_per_line']:.2f} CPU ms/line"
             + (f" (ONNX {r['onnx_cpu_ms_per_line']:.2f})" if "onnx_cpu_ms_per_line" in r else "")
+            + (f" (int8 {r['int8_cpu_ms_per_line']:.2f}; int8 CER seen {r['int8_cer_seen']:.4f}"
+               f" unseen {r['int8_cer_unseen']:.4f})" if "int8_cpu_ms_per_line" in r else "")
             + (f" (one process per line {r['spawn_cpu_ms_per_line']:.1f})"
                if "spawn_cpu_ms_per_line" in r else ""))
 
 
 @click.command()
-@click.option("--fonts-dir", type=click.Path(path_type=Path, file_okay=False, exists=True),
+@click.option("--fonts-dir", multiple=True,
+              type=click.Path(path_type=Path, file_okay=False, exists=True),
               help="Take the fonts from this folder (searched recursively; a font is named by "
-                   "its file name without suffix) instead of matplotlib's bundled ones.")
-@click.option("--train-fonts", default=",".join(TRAIN_FONTS), show_default=True,
-              help="Comma-separated fonts to train on (and test as 'seen').")
-@click.option("--held-out", default=",".join(HELD_OUT), show_default=True,
-              help="Comma-separated fonts never trained on (tested as 'unseen').")
+                   "its file name without suffix) instead of matplotlib's bundled ones; "
+                   "repeat it for several folders.")
+@click.option("--font-set", type=click.Choice(sorted(SETS)),
+              help="A named set of train and held-out fonts and their folders "
+                   "(bench/ocr_font_sets.py); --train-fonts, --held-out and --fonts-dir, "
+                   "when given, replace its parts.")
+@click.option("--train-fonts", help="Comma-separated fonts to train on (and test as 'seen') "
+                                    f"[default: {','.join(TRAIN_FONTS)}].")
+@click.option("--held-out", help="Comma-separated fonts never trained on (tested as 'unseen') "
+                                 f"[default: {','.join(HELD_OUT)}].")
 @click.option("--train-lines", default=2400, show_default=True, help="Over the train fonts.")
 @click.option("--test-lines", default=150, show_default=True, help="Per font, seen and unseen.")
+@click.option("--seen-test-lines", type=int,
+              help="Per seen font, when it should differ from --test-lines (many train fonts).")
+@click.option("--int8/--no-int8", default=False, show_default=True,
+              help="Also quantize each model as export's onnx_int8 does (calibrated on 256 "
+                   "training lines), and score and time it.")
 @click.option("--epochs", default=8, show_default=True)
 @click.option("--threads", default=2, show_default=True)
 @click.option("--seed", default=0, show_default=True)
@@ -223,22 +275,25 @@ def row_text(r, held_out) -> str:
               help="Write each trained model's state_dict here (VARIANT.pt).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the rows as JSON here.")
-def main(fonts_dir, train_fonts, held_out, train_lines, test_lines, epochs, threads, seed,
-         variants, tesseract, tesseract_scale, tesseract_spawn, onnx, load, save,
-         json_out):
+def main(fonts_dir, font_set, train_fonts, held_out, train_lines, test_lines, seen_test_lines,
+         int8, epochs, threads, seed, variants, tesseract, tesseract_scale, tesseract_spawn,
+         onnx, load, save, json_out):
     """Train on some fonts, test on them and on held-out fonts, beside Tesseract."""
     import json
 
     from bench.ocr_tesseract import MISSING, pick_fonts
 
-    train_fonts = names("--train-fonts", train_fonts)
-    held_out = names("--held-out", held_out)
+    set_train, set_held, set_dirs = SETS[font_set] if font_set else (TRAIN_FONTS, HELD_OUT, ())
+    train_fonts = names("--train-fonts", train_fonts or ",".join(set_train))
+    held_out = names("--held-out", held_out or ",".join(set_held))
+    fonts_dir = list(fonts_dir) or [Path(d) for d in set_dirs if Path(d).is_dir()]
+    seen_test_lines = seen_test_lines or test_lines
     if set(train_fonts) & set(held_out):
         raise click.BadParameter(f"{sorted(set(train_fonts) & set(held_out))} both trained on "
                                  f"and held out", param_hint="--held-out")
-    if fonts_dir is None:
+    if not fonts_dir:
         import matplotlib
-        fonts_dir = Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf"
+        fonts_dir = [Path(matplotlib.__file__).parent / "mpl-data" / "fonts" / "ttf"]
     try:
         paths = dict(pick_fonts(fonts_dir, (*train_fonts, *held_out)))
     except ValueError as exc:
@@ -258,11 +313,12 @@ def main(fonts_dir, train_fonts, held_out, train_lines, test_lines, epochs, thre
     with tempfile.TemporaryDirectory() as tmp:
         tic = time.perf_counter()
         # train and test lines of a seen font come from one synth run (other lines by index)
-        lines = render(Path(tmp), {**{f: per_font + test_lines for f in train_fonts},
+        lines = render(Path(tmp), {**{f: per_font + seen_test_lines for f in train_fonts},
                                    **{f: test_lines for f in held_out}}, paths, seed)
         print(f"rendered {sum(map(len, lines.values()))} lines in "
               f"{time.perf_counter() - tic:.1f} s", flush=True)
-        tests = {f: lines[f][-test_lines:] for f in (*train_fonts, *held_out)}
+        tests = {**{f: lines[f][-seen_test_lines:] for f in train_fonts},
+                 **{f: lines[f][-test_lines:] for f in held_out}}
         if tesseract:
             rows += tesseract_row(tests, train_fonts, held_out, Path(tmp) / "tess",
                                   tesseract_scale, tesseract_spawn, MISSING)
@@ -297,6 +353,9 @@ def main(fonts_dir, train_fonts, held_out, train_lines, test_lines, epochs, thre
         result["cpu_ms_per_line"] = cpu_ms_per_line(model, xe, charset)
         if onnx:
             result["onnx_cpu_ms_per_line"] = onnx_ms_per_line(model, xe, charset, threads)
+        if int8:
+            result.update(int8_scores(model, x[:256], tests, train_fonts, held_out, charset,
+                                      threads))
         rows.append(result)
         if save:
             save.mkdir(parents=True, exist_ok=True)

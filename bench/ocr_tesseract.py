@@ -46,17 +46,23 @@ def font_files(folder: Path) -> dict:
     return out
 
 
-def pick_fonts(folder: Path, names) -> list:
+def pick_fonts(folders, names) -> list:
     """[(name, path)] for each requested font (a file name without suffix, or its path under
-    folder without suffix), or a ValueError naming the missing ones and what the folder has."""
-    found = font_files(folder)
+    its folder without suffix), from one folder or several (a name found in two of them is
+    ambiguous), or a ValueError naming the missing ones and what the folders have."""
+    folders = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
+    found = {}
+    for folder in folders:
+        for name, path in font_files(folder).items():
+            found[name] = None if name in found else path
     missing = [n for n in names if found.get(n) is None]
     if missing:
         why = "; ".join(f"{n}: {'found twice' if n in found else 'not found'}" for n in missing)
         stems = sorted(k for k, v in found.items()  # an ambiguous stem: by its paths
                        if v and ("/" not in k or found.get(k.rsplit("/", 1)[1]) is None))
         have = ", ".join(stems[:40])
-        raise ValueError(f"--fonts-dir {folder}: {why} (it has {len(stems)} fonts: {have}"
+        where = " ".join(str(f) for f in folders)
+        raise ValueError(f"--fonts-dir {where}: {why} (it has {len(stems)} fonts: {have}"
                          f"{', ...' if len(stems) > 40 else ''})")
     return [(n, found[n]) for n in names]
 

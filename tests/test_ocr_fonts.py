@@ -80,6 +80,44 @@ def test_synth_names_bad_input(tmp_path, fonts):
     assert proc.returncode == 2 and "--holdout Comic: no such font" in proc.stderr
 
 
+def test_a_font_without_a_glyph_the_words_need_is_named_before_any_line(tmp_path, fonts):
+    """FreeType draws a .notdef box for a character the font lacks: the line's label would not
+    match its pixels, so synth_ocr refuses, naming the font and the characters."""
+    from fontTools import subset
+
+    folder = tmp_path / "fonts"
+    folder.mkdir()
+    shutil.copy(fonts / "DejaVuSerif.ttf", folder / "DejaVuSerif.ttf")
+    options = subset.Options()
+    options.notdef_outline = True
+    font = subset.load_font(str(fonts / "DejaVuSans.ttf"), options)
+    sub = subset.Subsetter(options)
+    sub.populate(text="".join(sorted(set(WORDS) - set("x%"))))
+    sub.subset(font)
+    subset.save_font(font, str(folder / "Cut.ttf"), options)
+    out = tmp_path / "o"
+    proc = run_tool("synth_ocr", "--fonts", folder, "--words", fonts.parent / "words.txt",
+                    "--lines", "4", "--out", out)
+    assert proc.returncode == 2, proc.stderr
+    assert "Cut lacks '%' 'x'" in proc.stderr and "DejaVuSerif" not in proc.stderr
+    assert not out.exists()
+    proc = run_tool("synth_ocr", "--fonts", folder, "--words", fonts.parent / "words.txt",
+                    "--lines", "4", "--out", out, "--charset",
+                    "".join(sorted(set(WORDS) - set("x%"))))
+    assert proc.returncode == 0, proc.stderr
+    assert len((out / "lines.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.skipif(not list(Path("/usr/share/fonts").rglob("NimbusSans-Regular.pfb")),
+                    reason="Debian's fonts-urw-base35 (.pfb) is not installed")
+def test_a_type1_font_is_checked_by_glyph_name():
+    from stages.tasks.ocr.synth import missing_glyphs
+
+    pfb = next(Path("/usr/share/fonts").rglob("NimbusSans-Regular.pfb"))
+    assert missing_glyphs(pfb, "Az 9&#") == []
+    assert missing_glyphs(pfb, "A\u0416") == ["\u0416"]  # no Cyrillic in Nimbus Sans
+
+
 def test_real_lines_join_the_synthetic_ones(fonts, tmp_path):
     from stages.tasks.ocr.sample import text_lines
 

@@ -73,6 +73,46 @@ def font_name(font: Path, root: Path) -> str:
     return font.relative_to(root).with_suffix("").as_posix()
 
 
+def missing_glyphs(font_path: Path, chars) -> list[str]:
+    """The characters of `chars` (whitespace aside) that the font has no glyph for: FreeType
+    would draw its .notdef box for them, and the line's label would not match its pixels.
+    TrueType/OpenType by their cmap (fontTools); Type 1 (.pfb) by glyph name (the Adobe Glyph
+    List)."""
+    font_path = Path(font_path)
+    wanted = sorted({c for c in chars if not c.isspace()})
+    if font_path.suffix.lower() == ".pfb":
+        from fontTools.agl import UV2AGL
+        from fontTools.t1Lib import T1Font
+
+        t1 = T1Font(str(font_path))
+        t1.parse()
+        names = set(t1.font["CharStrings"].keys())
+        return [c for c in wanted if UV2AGL.get(ord(c), f"uni{ord(c):04X}") not in names]
+    from fontTools.ttLib import TTFont
+
+    with TTFont(str(font_path), fontNumber=0, lazy=True) as font:
+        cmap = font.getBestCmap() or {}
+    return [c for c in wanted if ord(c) not in cmap]
+
+
+def check_glyphs(fonts, names, words) -> None:
+    """A ValueError naming every font that lacks a glyph the word list needs, and the fix."""
+    chars = set("".join(words))
+    bad = []
+    for font, name in zip(fonts, names, strict=True):
+        try:
+            missing = missing_glyphs(font, chars)
+        except Exception as exc:  # noqa: BLE001 - any parse failure: name the file
+            raise ValueError(f"--fonts {font}: not a font file fontTools can read "
+                             f"({type(exc).__name__}: {exc}); remove it") from None
+        if missing:
+            bad.append(f"{name} lacks {' '.join(repr(c) for c in missing)}")
+    if bad:
+        raise ValueError(f"--fonts: {len(bad)} font(s) would draw a .notdef box where the word "
+                         f"list has a character: {'; '.join(bad)}. Remove those fonts, or "
+                         f"keep only characters they have with --charset")
+
+
 def draw_text(rng, words, style: Style) -> str:
     n = int(rng.integers(1, style.words + 1))
     text = " ".join(words[int(i)] for i in rng.integers(0, len(words), n))
@@ -153,6 +193,7 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     fonts = find_fonts(fonts_dir)
     words = read_words(words_file, charset)
     names = [font_name(f, fonts_dir) for f in fonts]
+    check_glyphs(fonts, names, words)
     unknown = sorted(set(holdout) - set(names))
     if unknown:
         raise ValueError(f"--holdout {', '.join(unknown)}: no such font under {fonts_dir} "
