@@ -51,6 +51,28 @@ def test_a_missing_or_ambiguous_font_is_named_with_what_the_folder_has(folder):
     assert "it has 3 fonts: A, x/B, y/B" in text
 
 
+def test_fonts_from_several_folders_and_a_name_in_two_of_them_is_ambiguous(folder, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(mpl_fonts() / "DejaVuSerif.ttf", other / "C.ttf")
+    shutil.copy(mpl_fonts() / "DejaVuSans.ttf", other / "A.ttf")
+    assert pick_fonts([folder / "x", other], ["B", "C"]) == [("B", folder / "x" / "B.ttf"),
+                                                              ("C", other / "C.ttf")]
+    with pytest.raises(ValueError, match="A: found twice"):
+        pick_fonts([folder / "ttf", other], ["A"])
+
+
+def test_the_debian_wide_set_never_trains_on_a_held_out_design():
+    from bench.ocr_font_sets import SETS
+
+    train, held, _ = SETS["debian-wide"]
+    assert len(set(train)) == len(train) and len(set(held)) == len(held)
+    assert not set(train) & set(held)
+    clones = ("texgyreadventor", "texgyreschola", "PTC", "PTN", "NotoSans", "Lato", "Cabin",
+              "Caladea", "CharisSIL", "LinLibertine", "Inconsolata", "URWGothic", "C059")
+    assert not [f for f in train if f.startswith(clones)]
+
+
 def fake_tesseract(folder: Path, body: str) -> Path:
     exe = folder / "tesseract"
     exe.write_text("#!/bin/sh\n" + body)
