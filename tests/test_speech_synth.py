@@ -90,3 +90,52 @@ def test_every_variant_gives_the_same_bytes_in_any_order_process_and_second():
     time.sleep(1.1)
     second = [digest(x) for x in speech_synth.synthesize(jobs[::-1], workers=2)][::-1]
     assert [v for v, a, b in zip(variants, first, second, strict=True) if a != b] == []
+
+
+HELD_LOCK = """
+import hashlib, os, sys, threading
+import numpy as np
+from stages.lib import speech_synth
+
+# another thread of this process holds a lock at the moment of any fork, and a forked child
+# needs it (as a torch or OpenMP pool's lock, held mid-work, hung a test worker's fork): a
+# child forked from this process would wait forever
+lock = threading.Lock()
+lock.acquire()
+os.register_at_fork(after_in_child=lock.acquire)
+speech_synth.JOB_TIMEOUT = float(sys.argv[1])
+[raw] = speech_synth.synthesize([("yes", "m3", 160, 50)])
+print(hashlib.sha256(np.asarray(raw).tobytes()).hexdigest())
+"""
+
+
+def test_a_caller_with_a_held_lock_in_another_thread_still_gets_its_samples():
+    """Jobs are forked from a fresh forkserver, never from the caller: a lock that the caller's
+    other threads hold at fork time cannot reach them."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-c", HELD_LOCK, "120"], cwd=ROOT, timeout=300,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [PINNED_RAW]
+
+
+def sleeping_job(args):
+    """A job that never finishes (imported by the pool's child from this module)."""
+    import time
+
+    time.sleep(120)
+
+
+def test_a_job_that_never_finishes_is_an_error_naming_its_text(monkeypatch):
+    """The per-job deadline: a job that hangs stops synthesize with an error naming its text,
+    instead of waiting forever."""
+    import pytest
+
+    monkeypatch.setattr(speech_synth, "JOB_TIMEOUT", 2)
+    with pytest.raises(RuntimeError, match="espeak-ng did not finish 'seven' "
+                                           r"\(voice variant 'klatt'\) within 2 s"):
+        speech_synth.synthesize([("seven", "klatt", 175, 40)], target=sleeping_job)

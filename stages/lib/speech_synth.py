@@ -6,8 +6,8 @@ echo, resampling). No system package.
 espeak-ng keeps global state between calls (its phoneme tables, the previous voice, the
 previous clause's intonation), and draws noise from libc's rand(): a text synthesized after
 another can come out different. So
-each text is synthesized in a fresh process forked from one that never loaded the library
-(`synthesize`), with rand() reseeded, and its samples depend only on (text, voice variant,
+each text is synthesized in a fresh process forked from a forkserver that never loaded the
+library (`synthesize`), with rand() reseeded, and its samples depend only on (text, voice variant,
 rate, pitch).
 tests/test_speech_synth.py synthesizes the same texts in different orders and processes and
 compares the bytes.
@@ -93,14 +93,33 @@ def _job(args) -> bytes:
     return _synth_here(*args)
 
 
-def synthesize(jobs, workers: int = 1) -> list[np.ndarray]:
+JOB_TIMEOUT = 300  # seconds one text may take (under a second idle): past it, an error
+
+
+def synthesize(jobs, workers: int = 1, target=None) -> list[np.ndarray]:
     """int16 samples at ESPEAK_RATE of each (text, variant, rate, pitch), in order. Every job
-    runs in its own process, forked from this one (fresh library state: a job's bytes depend
-    on its arguments alone), `workers` at a time."""
+    runs in its own process (fresh library state: a job's bytes depend on its arguments
+    alone), `workers` at a time, forked from a forkserver: a fresh single-threaded process
+    that has imported this module and never loaded the library. Not forked from the caller:
+    a fork of a process with other threads running (torch's and OpenMP's pools in a test
+    runner, a training) can inherit a lock one of them held and wait on it forever, which
+    hung a test worker. A job that does not finish within JOB_TIMEOUT seconds stops the rest
+    with an error naming its text. target: what runs a job (an importable function; tests)."""
     jobs = [(str(t), str(v), int(r), int(p)) for t, v, r, p in jobs]
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    raw = []
     with ctx.Pool(max(1, workers), maxtasksperchild=1) as pool:
-        raw = pool.map(_job, jobs, chunksize=1)
+        results = pool.imap(target or _job, jobs, chunksize=1)
+        for job in jobs:
+            try:
+                raw.append(results.next(timeout=JOB_TIMEOUT))
+            except multiprocessing.TimeoutError:
+                pool.terminate()
+                raise RuntimeError(f"espeak-ng did not finish {job[0]!r} (voice variant "
+                                   f"{job[1]!r}) within {JOB_TIMEOUT} s; nothing was written. "
+                                   f"Run it again; if it hangs again, report it with the "
+                                   f"text") from None
     return [np.frombuffer(b, dtype="<i2").copy() for b in raw]
 
 
