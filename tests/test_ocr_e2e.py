@@ -100,3 +100,28 @@ def test_parity_fails_on_a_perturbed_export_naming_the_line(ocr_project, tmp_pat
     assert worst in test_paths, proc.stderr
     assert "ONNX (onnxruntime) disagrees with PyTorch" in proc.stderr
     assert (run / "models/model.onnx").read_bytes() == before  # no model written
+
+
+def test_the_int8_reader_is_gated_and_predicts_text(ocr_project, test_lines, tmp_path):
+    """export.formats: onnx_int8 for a CTC reader (the predict target of issue 45 is met by the
+    int8 model): written behind the CER gate, and tools.predict reads lines with it."""
+    from tools.project import set_params
+
+    run = copy_run(ocr_project, tmp_path / "int8")
+    set_params(run, {"export.formats": ["onnx", "onnx_int8"]})
+    proc = run_stage("export", cwd=run)
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads((run / "metrics/export.json").read_text())
+    assert m["headline"]["metric"] == "cer" and m["headline"]["higher_is_better"] is False
+    assert set(m["headline"]["drop"]) == {"onnx", "onnx_int8"}
+    assert m["headline"]["drop"]["onnx_int8"] <= m["headline"]["max_drop"]
+    int8 = run / "models/int8/model.int8.onnx"
+    assert int8.stat().st_size < 0.5 * (run / "models/model.onnx").stat().st_size
+    folder, expected = test_lines
+    out = tmp_path / "int8.jsonl"
+    proc = predict(folder, ".", "--model", str(int8), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["path"].split("/")[-1] for r in rows) == sorted(expected)
+    assert all(not r["error"] and isinstance(r["text"], str) and 0 <= r["confidence"] <= 1
+               for r in rows)
