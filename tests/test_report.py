@@ -140,6 +140,7 @@ def test_export_and_provenance_are_the_runs(run):
         assert values[f"export.{key}"] == value, key
     model = run / "models/model.onnx"
     assert values["onnx.bytes"] == model.stat().st_size
+    assert values["onnx.parameters"] > 1000 and values["onnx.macs"] > values["onnx.parameters"]
     meta = {p.key: json.loads(p.value) for p in onnx.load(str(model)).metadata_props}
     assert {"classes", "image_size", "mean", "std", "manifest_sha256"} <= set(meta)
     for key, value in meta.items():
@@ -433,3 +434,27 @@ def test_split_balance_and_leakage_findings_are_shown():
              "leakage": {"train-test": {"exact": 0, "near": 0, "examples": []}}}
     assert "every class share within tolerance" in sections.split_checks(clean)
     assert "no duplicates across splits" in sections.split_checks(clean)
+
+
+def test_the_model_cost_counts_parameters_and_multiply_adds_per_input(tmp_path):
+    """A conv (1 -> 4 channels, 3x3, 8x8 output) then a linear layer (256 -> 10): 2,304 + 2,560
+    multiply-adds per image and 40 + 2,570 parameters, whatever the batch. A conv alone over
+    lines of any width (the width dynamic too): its multiply-adds depend on the width and are
+    not given."""
+    import warnings
+
+    import onnx
+    import torch
+
+    conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+    fixed = torch.nn.Sequential(conv, torch.nn.Flatten(), torch.nn.Linear(256, 10)).eval()
+    batch, width = torch.export.Dim("batch"), torch.export.Dim("width")
+    for name, model, dims, cost in (("fixed", fixed, {0: batch}, (40 + 2570, 2304 + 2560)),
+                                    ("lines", conv, {0: batch, 3: width}, (40, None))):
+        path = tmp_path / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, (torch.zeros(2, 1, 8, 8),), str(path), verbose=False,
+                              input_names=["input"], external_data=False,
+                              dynamic_shapes=(dims,))
+        assert facts.onnx_cost(onnx.load(str(path))) == cost, name

@@ -274,12 +274,60 @@ def onnx_facts(path=ONNX) -> dict:
             meta[prop.key] = json.loads(prop.value)
         except ValueError:
             meta[prop.key] = prop.value
+    parameters, macs = onnx_cost(model)
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+            "parameters": parameters, "macs": macs,
             "ir_version": model.ir_version, "producer": f"{model.producer_name} "
             f"{model.producer_version}".strip(),
             "opsets": sorted(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import),
             "inputs": signature(model.graph.input), "outputs": signature(model.graph.output),
             "metadata": dict(sorted(meta.items()))}
+
+
+def onnx_cost(model) -> tuple[int, int | None]:
+    """(parameters, multiply-adds for one input) of an ONNX graph: the float initializers'
+    elements, and over its Conv, ConvTranspose, Gemm and MatMul nodes the output's elements
+    times each one's reduction length, with shapes inferred at batch 1. The multiply-adds are
+    None when another input dimension is dynamic (a line's width): the cost depends on it."""
+    import math
+
+    import onnx
+    from onnx import TensorProto, shape_inference
+
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    parameters = sum(math.prod(t.dims) for t in model.graph.initializer
+                     if t.data_type in floats)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for value in probe.graph.input:
+        for k, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.dim_param and k > 0:
+                return parameters, None
+            if dim.dim_param:
+                dim.Clear()
+                dim.dim_value = 1
+    graph = shape_inference.infer_shapes(probe).graph
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                       for d in v.type.tensor_type.shape.dim]
+              for v in (*graph.input, *graph.value_info, *graph.output)}
+    shapes.update(weights)
+    macs = 0
+    for node in graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+            continue
+        out, a, b = (shapes.get(node.output[0]), shapes.get(node.input[0]),
+                     shapes.get(node.input[1]))
+        if not out or not a or not b or None in out + a + b:
+            return parameters, None
+        if node.op_type == "Conv":
+            macs += math.prod(out) * math.prod(b[1:])
+        elif node.op_type == "ConvTranspose":
+            macs += math.prod(a) * math.prod(b[1:])
+        else:
+            trans_a = any(x.name == "transA" and x.i for x in node.attribute)
+            macs += math.prod(out) * (a[-2] if trans_a else a[-1])
+    return parameters, macs
 
 
 def dvc_exp_show() -> list:

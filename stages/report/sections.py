@@ -256,6 +256,11 @@ def export(facts: Facts) -> str:
         f'<tr><th>size</th><td data-key="onnx.bytes" data-value="{onnx["bytes"]}">'
         f'{onnx["bytes"]:,} bytes ({onnx["bytes"] / 1024:,.1f} KiB)</td></tr>',
         f'<tr><th>sha256</th><td><code data-key="onnx.sha256">{onnx["sha256"]}</code></td></tr>',
+        f'<tr><th>parameters</th><td data-key="onnx.parameters" '
+        f'data-value="{onnx["parameters"]}">{onnx["parameters"]:,}</td></tr>',
+        f'<tr><th>multiply-adds</th><td data-key="onnx.macs" data-value="{onnx["macs"]}">'
+        + (f'{onnx["macs"]:,} per input (its cost at the input size below)'
+           if onnx["macs"] is not None else "depend on the input's width") + '</td></tr>',
         f'<tr><th>inputs</th><td><code>{esc("; ".join(onnx["inputs"]))}</code></td></tr>',
         f'<tr><th>outputs</th><td><code>{esc("; ".join(onnx["outputs"]))}</code></td></tr>',
         f'<tr><th>opsets</th><td>{esc(", ".join(onnx["opsets"]))} (IR {onnx["ir_version"]})'
