@@ -156,3 +156,25 @@ def test_every_task_has_a_batched_augmentation_or_the_per_sample_fallback():
     p = Train(aug_hflip=0.5, aug_jitter=0.2)
     ref = torch.stack([imageaug.augment(xi, p, s) for xi, s in zip(x, seeds, strict=True)])
     assert torch.equal(get("classification").augment_batch(x, y, p, seeds)[0], ref)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("knobs", [
+    {"aug_time_mask": 12}, {"aug_freq_mask": 6}, {"aug_freq_shift": 3},
+    {"aug_time_mask": 10, "aug_freq_mask": 5, "aug_masks": 3, "aug_freq_shift": 2},
+])
+def test_audio_batched_equals_per_sample_for_both_audio_tasks(seed, knobs):
+    """SpecAugment batched (stages/lib/modality/audioaug.py) against the per-clip masks, and
+    both audio tasks reach it through Task.augment_batch."""
+    from stages.lib.modality import audioaug
+    from stages.tasks import get
+
+    p = Train(**knobs)
+    x, seeds = images(seed, c=1, h=20, w=50), seeds_of(seed)
+    ref = torch.stack([audioaug.augment(xi, p, s) for xi, s in zip(x, seeds, strict=True)])
+    assert not torch.equal(ref, x)  # the knobs changed something
+    assert torch.equal(audioaug.augment_batch(x, p, seeds), ref)
+    y = torch.arange(len(x))
+    for task in ("audio", "speech"):
+        got, same_y = get(task).augment_batch(x, y, p, seeds)
+        assert torch.equal(got, ref) and torch.equal(same_y, y), task

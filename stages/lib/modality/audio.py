@@ -8,10 +8,11 @@ with soundfile) gets as `Task.modality`.
 - audiogate.py: validate's per-file checks (decode, frames, NaN/inf, channels, duration,
   silence, clipping; the sample rate, which a task wires in).
 - audiofit.py: prepare's feature settings (image_size: the spec dict) and channels.
-- audioaug.py: SpecAugment, the default augmentation.
+- audioaug.py: SpecAugment, the default augmentation, and augment_batch: the same as batched
+  tensor ops (what train runs on a GPU).
 - audioserve.py: predict's and serve's guarded decode (byte, duration and frame limits).
 """
-from stages.lib.modality.audioaug import augment  # noqa: F401
+from stages.lib.modality.audioaug import augment, augment_batch  # noqa: F401
 from stages.lib.modality.audiocore import (  # noqa: F401
     FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, decode, fingerprint, input_shape, input_spec,
     inspect, line_buckets, normalize, thumbnail, warmup_input)

@@ -47,3 +47,43 @@ def augment(x, p, seed: int):
             f0 = int(d * (bands - w + 1))
             x[:, f0:f0 + w, :] = fill
     return x
+
+
+def augment_batch(x, p, seeds):
+    """augment() of every clip of x (N x 1 x n_mels x frames, normalised, on any device) as
+    batched tensor ops: each clip's numbers drawn exactly as augment draws them (a CPU
+    generator seeded by its (seed, epoch, index) seed), then one gather for the band shift and
+    one masked fill for all masks. The same values as augment, clip by clip: the shift and the
+    masks copy or fill values, and each clip's fill is its own mean, taken before the shift."""
+    import torch
+
+    time_w = int(getattr(p, "aug_time_mask", 0))
+    freq_w = int(getattr(p, "aug_freq_mask", 0))
+    masks = int(getattr(p, "aug_masks", 2))
+    shift = int(getattr(p, "aug_freq_shift", 0))
+    if not (time_w or freq_w or shift) or masks < 0:
+        return x
+    n, _, bands, frames = x.shape
+    u = torch.stack([torch.rand(4 * masks + 1, generator=torch.Generator().manual_seed(int(s)),
+                                dtype=torch.float64) for s in seeds])
+    fill = torch.stack([xi.mean() for xi in x])  # per clip, as augment takes it
+    if shift:
+        s = ((u[:, -1] * (2 * shift + 1)).long() - shift).to(x.device)
+        rows = (torch.arange(bands, device=x.device)[None] - s[:, None]).clamp(0, bands - 1)
+        x = x.gather(2, rows[:, None, :, None].expand(-1, x.shape[1], -1, frames))
+    hit = torch.zeros(n, bands, frames, dtype=torch.bool, device=x.device)
+    t = torch.arange(frames, device=x.device)[None]
+    f = torch.arange(bands, device=x.device)[None]
+    for m in range(masks):
+        a, b, c, d = (u[:, 4 * m + k] for k in range(4))
+        if time_w:
+            w = (a * (time_w + 1)).long()
+            t0 = (b * (frames - w + 1)).long()
+            w, t0 = w.to(x.device)[:, None], t0.to(x.device)[:, None]
+            hit |= ((t >= t0) & (t < t0 + w))[:, None, :]
+        if freq_w:
+            w = (c * (freq_w + 1)).long()
+            f0 = (d * (bands - w + 1)).long()
+            w, f0 = w.to(x.device)[:, None], f0.to(x.device)[:, None]
+            hit |= ((f >= f0) & (f < f0 + w))[:, :, None]
+    return torch.where(hit[:, None], fill[:, None, None, None].to(x.dtype), x)
