@@ -66,6 +66,11 @@ def test_batched_augmentation_makes_no_cpu_tensor_of_pixels():
     p = Train(aug_crop_scale=0.5, aug_hflip=0.5, aug_rotate=10.0, aug_jitter=0.2)
     x = torch.empty(4, 3, 16, 16, device="meta")
     assert imagebatch.augment_batch(x, p, seeds_of(0, 4)).device.type == "meta"
+    from stages.lib.modality import audioaug
+
+    p = Train(aug_time_mask=8, aug_freq_mask=4, aug_freq_shift=2)
+    x = torch.empty(4, 1, 20, 40, device="meta")
+    assert audioaug.augment_batch(x, p, seeds_of(0, 4)).device.type == "meta"
 
 
 def boxes(seed, n=6, k=5, h=24, w=28):
