@@ -183,3 +183,17 @@ def test_audio_batched_equals_per_sample_for_both_audio_tasks(seed, knobs):
     for task in ("audio", "speech"):
         got, same_y = get(task).augment_batch(x, y, p, seeds)
         assert torch.equal(got, ref) and torch.equal(same_y, y), task
+
+
+@pytest.mark.parametrize("mean,std", [([0.41], [0.23]), (0.5, 0.25), ([0.3, 0.5, 0.7], [0.2] * 3)])
+def test_audio_features_normalised_on_the_device_equal_the_host_ones(mean, std):
+    """train's device batches keep the log-mel features as stored (uint8) and normalise them
+    there: the same values as the host's normalize."""
+    import numpy as np
+
+    from stages.lib.modality import audio
+
+    batch = np.random.default_rng(3).integers(0, 256, (5, 20, 40, 1), dtype=np.uint8)
+    host = torch.from_numpy(audio.normalize(batch, mean, std))
+    dev = audio.normalize_tensor(torch.from_numpy(batch), mean, std)
+    assert dev.shape == host.shape == (5, 1, 20, 40) and torch.equal(dev, host)

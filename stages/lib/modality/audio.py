@@ -15,7 +15,7 @@ with soundfile) gets as `Task.modality`.
 from stages.lib.modality.audioaug import augment, augment_batch  # noqa: F401
 from stages.lib.modality.audiocore import (  # noqa: F401
     FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, decode, fingerprint, input_shape, input_spec,
-    inspect, line_buckets, normalize, thumbnail, warmup_input)
+    inspect, line_buckets, normalize, normalize_tensor, thumbnail, warmup_input)
 from stages.lib.modality.audiofit import choose_shape, header, header_facts  # noqa: F401
 from stages.lib.modality.audiogate import CHECKS, check_columns, expectations, reason  # noqa: F401
 from stages.lib.modality.audioserve import read, read_drafted, read_header, sized  # noqa: F401

@@ -332,6 +332,17 @@ def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     return x
 
 
+def normalize_tensor(batch, mean, std):
+    """normalize on a torch uint8 N x n_mels x frames x C batch on any device (train's device
+    batches): the image modality's function, the same float32 ops element by element, with
+    mean and std cut to the batch's channels as normalize cuts them."""
+    from stages.lib.modality.imagecore import normalize_tensor as image_normalize
+
+    c = batch.shape[-1]
+    return image_normalize(batch, np.atleast_1d(np.asarray(mean, dtype=np.float32))[:c].tolist(),
+                           np.atleast_1d(np.asarray(std, dtype=np.float32))[:c].tolist())
+
+
 def thumbnail(ax, sample) -> None:
     """One stored sample (uint8 n_mels x frames x 1) drawn as a spectrogram: time across, low
     frequencies at the bottom."""
