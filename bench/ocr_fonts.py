@@ -98,7 +98,7 @@ def train(name, p, x, y, classes, log=print):
     torch.manual_seed(p.seed)
     model = build_model(name, classes, 1, 32)
     opt = make_optimizer(p, model)
-    tic = time.process_time()
+    tic, wall = time.process_time(), time.perf_counter()
     for epoch in range(p.epochs):
         for group in opt.param_groups:
             group["lr"] = p.lr * lr_factor(p, epoch)
@@ -116,8 +116,8 @@ def train(name, p, x, y, classes, log=print):
             opt.step()
             total, batches = total + loss.item(), batches + 1
         log(f"  epoch {epoch + 1}/{p.epochs} loss {total / max(batches, 1):.4f} "
-            f"({time.process_time() - tic:.0f} CPU s)")
-    return model.eval(), time.process_time() - tic
+            f"({time.process_time() - tic:.0f} CPU s, {time.perf_counter() - wall:.0f} s wall)")
+    return model.eval(), time.process_time() - tic, time.perf_counter() - wall
 
 
 def score(model, x, texts, charset):
@@ -224,7 +224,8 @@ def row_text(r, held_out) -> str:
             f"(line acc {r['acc_seen']:.3f})  unseen {r['cer_unseen']:.4f} "
             f"(line acc {r['acc_unseen']:.3f})  "
             + "  ".join(f"{f} {r[f]:.4f}" for f in held_out)
-            + (f"  train {r['train_cpu_s']:.0f} CPU s" if "train_cpu_s" in r else "")
+            + (f"  train {r['train_cpu_s']:.0f} CPU s, {r['train_wall_s']:.0f} s wall"
+               if "train_cpu_s" in r else "")
             + f"  predict {r['cpu_ms_per_line']:.2f} CPU ms/line"
             + (f" (ONNX {r['onnx_cpu_ms_per_line']:.2f})" if "onnx_cpu_ms_per_line" in r else "")
             + (f" (int8 {r['int8_cpu_ms_per_line']:.2f}; int8 CER seen {r['int8_cer_seen']:.4f}"
@@ -337,10 +338,11 @@ def main(fonts_dir, font_set, train_fonts, held_out, train_lines, test_lines, se
             result = {"variant": variant, "params": sum(q.numel() for q in model.parameters())}
         else:
             print(f"{variant}: training on {len(x)} lines, {epochs} epochs", flush=True)
-            model, cpu = train(name, p, x, y, 1 + len(charset),
-                               log=lambda m: print(m, flush=True))
+            model, cpu, wall = train(name, p, x, y, 1 + len(charset),
+                                     log=lambda m: print(m, flush=True))
             result = {"variant": variant, "params": sum(q.numel() for q in model.parameters()),
-                      "train_cpu_s": cpu, "epochs": epochs, "train_lines": len(x)}
+                      "train_cpu_s": cpu, "train_wall_s": wall, "epochs": epochs,
+                      "train_lines": len(x)}
         for kind, fonts in (("seen", train_fonts), ("unseen", held_out)):
             items = [it for f in fonts for it in tests[f]]
             s = score(model, tensors(items, charset)[0], [it[1] for it in items], charset)
