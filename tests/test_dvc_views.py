@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, copy_run
+from tests.conftest import ROOT, copy_run, missing_tool
 from tools.project import copy_project, dvc
 
 # the command docs/experiments.md gives: the metrics, without the params and dependency hashes
@@ -178,9 +178,7 @@ def test_plots_diff_draws_both_runs_offline_in_chromium(detection_project, tmp_p
 
     executable = find_chromium()
     if not executable:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; .ci/run installs it (apt-get install chromium)")
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+        missing_tool("chromium", "apt-get install chromium")
     p = copy_run(detection_project, tmp_path / "p")
     dvc(p, "exp", "run", "-S", "train.lr=0.005", "evaluate")  # the workspace: another run
     out = tmp_path / "diff"

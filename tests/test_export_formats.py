@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import (ROOT, copy_run, measured, run_stage, run_tool, venv_elsewhere,
-                            wait_ready)
+from tests.conftest import (ROOT, copy_run, measured, missing_tool, run_stage, run_tool,
+                            venv_elsewhere, wait_ready)
 from tools.project import dvc, lock_hashes, set_params
 
 pytestmark = pytest.mark.e2e
@@ -265,9 +265,7 @@ def test_int8_gives_the_same_outputs_on_avx2_kernels(formats_project, tmp_path):
     import shutil
 
     if not shutil.which("valgrind"):
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("valgrind is not installed; .ci/run installs it (apt-get install valgrind)")
-        pytest.skip("valgrind is not installed (Debian: apt-get install valgrind)")
+        missing_tool("valgrind", "apt-get install valgrind")
     code = (
         "import sys\n"
         "import numpy as np\n"

@@ -4,13 +4,12 @@ bundled DejaVu set (matplotlib is pinned in requirements.lock), never from the s
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tool
+from tests.conftest import missing_tool, run_tool
 
 FONTS = ("DejaVuSans", "DejaVuSerif", "DejaVuSansMono", "DejaVuSans-Oblique")
 WORDS = "Invoice total 39.95 EUR paid Street 42 Berlin qty price 100% #7 Order due VAT the fox"
@@ -109,15 +108,12 @@ def test_a_font_without_a_glyph_the_words_need_is_named_before_any_line(tmp_path
     assert len((out / "lines.jsonl").read_text().splitlines()) == 4
 
 
-@pytest.mark.skipif(not os.environ.get("CI")
-                    and not list(Path("/usr/share/fonts").rglob("NimbusSans-Regular.pfb")),
-                    reason="Debian's fonts-urw-base35 (.pfb) is not installed (CI installs it)")
 def test_a_type1_font_is_checked_by_glyph_name():
     from stages.tasks.ocr.synth import missing_glyphs
 
-    pfbs = sorted(Path("/usr/share/fonts").rglob("NimbusSans-Regular.pfb"))
-    assert pfbs, "no NimbusSans-Regular.pfb: .ci/run installs Debian's fonts-urw-base35"
-    pfb = pfbs[0]
+    pfb = next(iter(sorted(Path("/usr/share/fonts").rglob("NimbusSans-Regular.pfb"))), None)
+    if pfb is None:
+        missing_tool("NimbusSans-Regular.pfb", "apt-get install fonts-urw-base35")
     assert missing_glyphs(pfb, "Az 9&#") == []
     assert missing_glyphs(pfb, "A\u0416") == ["\u0416"]  # no Cyrillic in Nimbus Sans
 

@@ -19,7 +19,7 @@ from stages.report import charts, facts, sections
 from stages.report.html import flatten, stylesheet
 from stages.tasks import get
 from tests.chromium import find_chromium, load_page
-from tests.conftest import ROOT, TINY_RUN, copy_run, run_stage
+from tests.conftest import ROOT, TINY_RUN, copy_run, missing_tool, run_stage
 from tools.project import dvc, git
 
 SECTIONS = ["provenance", "data", "training", "evaluation", "export", "experiments"]
@@ -388,10 +388,7 @@ def chromium_or_skip() -> str:
     executable = find_chromium()
     if executable:
         return executable
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail("chromium is not installed; .ci/run installs it (apt-get install chromium)")
-    pytest.skip("chromium is not installed (Debian: apt-get install chromium); under CI=true "
-                "this test fails instead of skipping")
+    missing_tool("chromium", "apt-get install chromium")
 
 
 def assert_renders_cleanly(result):
