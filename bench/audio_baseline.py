@@ -11,8 +11,10 @@ metrics/eval.json there):
    stage's own), then scored on the same test shards. audio: a
    torchaudio-tutorial-style KWS CNN (three conv/BN/ReLU blocks, max pooling, global average
    pooling), top-1 against the run's test accuracy; speech: a Conv1d frontend (stride 2) + one
-   BiGRU layer + CTC, greedy CER/WER (stages/lib/ctc.py's scores, as evaluate) against the run's.
-2. Throughput: the train stage's loop (stages.lib.loop.fit, the run's train params, reading the
+   BiGRU layer + CTC, greedy CER/WER (stages/tasks/common/ctc.py's scores, as evaluate) against the
+   run's.
+2. Throughput: the train stage's loop (stages.lib.train.loop.fit, the run's train params, reading
+the
    shards) against a bare loop over the same train split held in memory, step by step on the
    same batches (bench/paired.py, as bench/train.py); augmentation off in both, the first epoch
    warm-up. Target: stage / bare >= 0.95.
@@ -113,7 +115,7 @@ def top1(logits, y) -> float:
 
 def speech_scores(logits, truths, charset) -> dict:
     """Greedy-decoded CER/WER of logits against the transcripts, as evaluate scores them."""
-    from stages.lib.ctc import greedy, scores
+    from stages.tasks.common.ctc import greedy, scores
 
     preds = [t for t, _ in greedy(logits.numpy(), charset)]
     return scores(truths, preds)
@@ -136,11 +138,11 @@ def main(run_dir, cpu_seconds, epochs, threads):
     import torch.nn.functional as F
 
     from bench.paired import paired_fit, rates
-    from stages.lib.determinism import set_deterministic
+    from stages.lib.train.determinism import set_deterministic
     from stages.lib.io import read_csv, read_json
-    from stages.lib.loop import make_optimizer, setup
+    from stages.lib.train.loop import make_optimizer, setup
     from stages.lib.params import load
-    from stages.lib.shards import load_split
+    from stages.lib.data.shards import load_split
     from stages.tasks import current
 
     os.chdir(run_dir)

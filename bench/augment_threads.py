@@ -42,7 +42,7 @@ def inputs(task: str, n: int):
 def main(rounds, samples):
     import torch
 
-    from stages.lib.augment import one_thread, sample_seed
+    from stages.lib.train.augment import one_thread, sample_seed
     from stages.lib.params import Train
     from stages.tasks import get
 

@@ -52,7 +52,7 @@ def runners(project: Path, threads: int, device: str) -> dict:
     """{row name: run(float32 batch) -> outputs} of every format the run holds."""
     import torch
 
-    from stages.lib import formats
+    from stages.lib.model import formats
     from stages.tasks import load_model
 
     torch.set_num_threads(threads)
@@ -109,7 +109,7 @@ def main(project, threads, images, device):
     with tempfile.TemporaryDirectory() as tmp:
         project = (project or build_project(Path(tmp) / "project", device)).resolve()
         os.chdir(project)  # data/processed is read relative to the project
-        from stages.lib.shards import load_split
+        from stages.lib.data.shards import load_split
 
         x_test, _, _ = load_split("test")
         x = np.ascontiguousarray(x_test[np.arange(images) % len(x_test)], dtype=np.float32)

@@ -1,6 +1,7 @@
 """Detection throughput, each against a baseline measured in the same run:
 
-1. the train stage's loop (stages.lib.loop.fit with the detection task and the built-in sample's
+1. the train stage's loop (stages.lib.train.loop.fit with the detection task and the built-in
+sample's
    params: per-sample augmentation moving boxes, NaN checks, LR schedule) against a bare loop of
    the same model (forward, loss, backward, step on the same samples, no augmentation). The two
    take turns step by step (bench/paired.py), so this machine's drifting speed hits both alike;
@@ -55,9 +56,9 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
     import torch
 
     from bench.paired import paired_fit, rates
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import make_optimizer, setup
-    from stages.lib.models import forward_loss
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.train.loop import make_optimizer, setup
+    from stages.lib.model.models import forward_loss
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import draw
@@ -102,7 +103,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
 
     import onnxruntime as ort
 
-    from stages.lib.formats import onnx_bytes
+    from stages.lib.model.formats import onnx_bytes
 
     model = run.model.eval()
     blob = onnx_bytes(model, {**meta, "image_size": 160, "mean": [0.5] * 3, "std": [0.25] * 3},

@@ -33,12 +33,12 @@ def main(rounds, batch, size, every, threads):
     import numpy as np
     import torch
 
-    from stages.lib.models import forward_loss
+    from stages.lib.model.models import forward_loss
     from stages.lib.params import Train
     from stages.tasks.detection import TASK, Detection
     from stages.tasks.detection.sample import SIZE, draw
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import make_optimizer
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.train.loop import make_optimizer
 
     torch.set_num_threads(threads)
     sp = Detection.sample_params

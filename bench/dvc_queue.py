@@ -11,7 +11,7 @@ costs, a Celery worker and a temp workspace per experiment, on the sequential si
 pair differs only in train.seed (distinct seeds for every run, so DVC's run cache never skips
 a training). Prints the wall times and the ratios parallel / sequential (target <= 1.1) and
 parallel / queued one at a time. With train.threads: 0 each queued training takes its
-share of the cores (stages/lib/cores.py); logs of each run's thread count are in the
+share of the cores (stages/lib/train/cores.py); logs of each run's thread count are in the
 experiments' logs/train.json.
 """
 import os
@@ -83,7 +83,7 @@ def stop_workers(root) -> None:
     empties, and `dvc queue start -j 1` then leaves the next pair to the two workers still
     alive: the "one at a time" run was a second parallel run (and an env set for the next
     start never reached them)."""
-    from stages.lib.cores import queue_workers
+    from stages.lib.train.cores import queue_workers
     from tools.project import dvc
 
     dvc(root, "queue", "stop", check=False)

@@ -1,4 +1,5 @@
-"""What train.ema (the weight average, stages/lib/ema.py) does for each task's built-in sample.
+"""What train.ema (the weight average, stages/lib/train/ema.py) does for each task's built-in
+sample.
 
 For each task: the sample is prepared once, then trained and evaluated by the real stages with
 train.ema 0 (the last weights) and with each --decay, at the sample's own recipe otherwise.

@@ -3,7 +3,7 @@ memory, the model's FLOPs per sample (forward + backward) and the TFLOP/s reache
 sample recipe's batch and at the GPU recipe's (tools/gpu_recipe.py), beside the CPU's samples/s
 on the same data.
 
-Each task trains stages.lib.loop.fit (the train stage's loop: device batches, batched
+Each task trains stages.lib.train.loop.fit (the train stage's loop: device batches, batched
 augmentation, no host sync per step, as params.yaml's defaults choose them for the device) on
 synthetic data of its sample's shape and recipe, written as prepare's shards to a temporary
 folder (classification: 16 px grey, 10 classes; detection: 224 px RGB with 8 boxes each;
@@ -75,7 +75,7 @@ def flops_per_sample(task, p, meta, x, y) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from stages.lib.models import forward_loss
+    from stages.lib.model.models import forward_loss
     from stages.lib.modality.imagecore import normalize
 
     model = task.build_model(p.model, meta)
@@ -118,7 +118,7 @@ def measure(task_name: str, p, data, meta, device: str, epochs: int) -> dict:
     """samples/s over the epochs after the first, busy share, peak memory of one fit."""
     import torch
 
-    from stages.lib.loop import fit, setup
+    from stages.lib.train.loop import fit, setup
     from stages.tasks import get
 
     task = get(task_name)
@@ -155,7 +155,7 @@ def main(tasks, samples, epochs, cpu_epochs, gpu_batch):
     recipe's, with the busy share, peak memory and TFLOP/s."""
     import torch
 
-    from stages.lib.shards import load_split, write_processed
+    from stages.lib.data.shards import load_split, write_processed
     from stages.tasks import get
     from tools import gpu_recipe
 

@@ -40,7 +40,7 @@ def measure(mode: str, model: str, batch: int, size: int, steps: int, weights: s
     p = Train(model=model, init_from=weights, adapter=mode, batch_size=batch)
     meta = {"classes": [str(i) for i in range(10)], "channels": 3, "image_size": size,
             "mean": [0.5] * 3, "std": [0.5] * 3}
-    from stages.lib.loop import setup
+    from stages.lib.train.loop import setup
 
     run = setup(p, meta, default_task(), device)
     net, opt, task = run.model, run.opt, run.task

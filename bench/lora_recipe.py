@@ -39,10 +39,10 @@ def main(epochs, start_epochs, threads):
     """LoRA recipes against full fine-tuning (see the module docstring)."""
     import torch
 
-    from stages.lib import loop as T
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.shards import load_split
-    from stages.lib.models import save_model
+    from stages.lib.train import loop as T
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.data.shards import load_split
+    from stages.lib.model.models import save_model
     from stages.lib.params import load
     from stages.tasks import get
     from tools.project import copy_project, dvc

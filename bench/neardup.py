@@ -1,4 +1,5 @@
-"""Near-duplicate search: multi-index hashing (stages.lib.groups.hash_pairs) against brute force.
+"""Near-duplicate search: multi-index hashing (stages.lib.data.groups.hash_pairs) against brute
+force.
 
 Synthetic 64-bit hashes: uniform random ones plus 10% near copies (1-3 bits flipped) and 1%
 exact repeats, so there are pairs to find. Prints, per N, the seconds of the index and, up to
@@ -13,7 +14,7 @@ import time
 import click
 import numpy as np
 
-from stages.lib.groups import brute_pairs, hash_pairs, scheme
+from stages.lib.data.groups import brute_pairs, hash_pairs, scheme
 
 
 def synthetic(n: int, seed: int = 0) -> np.ndarray:

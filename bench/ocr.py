@@ -8,7 +8,8 @@ As bench/train.py, the loops take turns step by step (each stage step is timed n
 one on the same samples, so the machine's drifting speed hits both alike); the first epoch is
 warm-up. Target: stage / bare >= 0.95.
 
-Predict: the same untrained CRNN exported to ONNX (stages.lib.formats.onnx_bytes), then batches of
+Predict: the same untrained CRNN exported to ONNX (stages.lib.model.formats.onnx_bytes), then
+batches of
 lines through onnxruntime and through PyTorch eager (no grad), alternating, plus the shared
 greedy decoding; prints lines/s of each and the ratio onnxruntime / PyTorch.
 
@@ -32,8 +33,8 @@ def main(epochs, samples, threads, predict_rounds):
     from bench.paired import paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks.ocr import TASK
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import make_optimizer, setup
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.train.loop import make_optimizer, setup
 
     if threads:
         torch.set_num_threads(threads)
@@ -76,8 +77,8 @@ def main(epochs, samples, threads, predict_rounds):
 
     import onnxruntime as ort
 
-    from stages.lib.formats import onnx_bytes
-    from stages.lib.ctc import greedy
+    from stages.lib.model.formats import onnx_bytes
+    from stages.tasks.common.ctc import greedy
 
     model = run.model.eval()
     session = ort.InferenceSession(onnx_bytes(model, meta, TASK),

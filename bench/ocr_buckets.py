@@ -4,7 +4,8 @@ at export.width_buckets (each line cut to the smallest bucket that holds it), th
 against a width-K beam: CER, line accuracy and lines/s of each, and the ratios to the baseline.
 
 The model is the project's models/model.pt, exported here in memory with a dynamic width
-(stages.lib.formats.onnx_bytes); the lines are the project's test split, read as predict reads them
+(stages.lib.model.formats.onnx_bytes); the lines are the project's test split, read as predict
+reads them
 (tools.inference). Rounds alternate baseline and buckets, so a drifting machine hits both.
 
     python -m bench.ocr_buckets PROJECT [--buckets 96,144,192] [--beam 5] [--rounds 3]
@@ -26,12 +27,12 @@ import click
 def main(project, buckets, width, rounds, threads):
     import dataclasses
 
-    from stages.lib.formats import onnx_bytes
+    from stages.lib.model.formats import onnx_bytes
     from stages.lib.io import read_csv
     from stages.tasks import load_model
     from stages.tasks.ocr import TASK
-    from stages.lib.ctc import beam
-    from stages.lib.ctc import scores
+    from stages.tasks.common.ctc import beam
+    from stages.tasks.common.ctc import scores
     from stages.lib.modality.imageserve import read as read_image
     from tools.inference import bucket_width, load_onnx, predict_batch
 

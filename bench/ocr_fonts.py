@@ -78,7 +78,7 @@ def tensors(items, charset):
     import numpy as np
     import torch
 
-    from stages.lib.ctc import encode
+    from stages.tasks.common.ctc import encode
 
     index = {c: i + 1 for i, c in enumerate(charset)}
     x = torch.from_numpy(np.stack([it[0] for it in items]).astype(np.float32))[:, None]
@@ -90,8 +90,8 @@ def tensors(items, charset):
 def train(name, p, x, y, classes, log=print):
     import torch
 
-    from stages.lib.augment import epoch_order, sample_seed
-    from stages.lib.loop import lr_factor, make_optimizer
+    from stages.lib.train.augment import epoch_order, sample_seed
+    from stages.lib.train.loop import lr_factor, make_optimizer
     from stages.tasks.ocr import TASK
     from stages.tasks.ocr.model import build_model
 
@@ -123,8 +123,8 @@ def train(name, p, x, y, classes, log=print):
 def score(model, x, texts, charset):
     import torch
 
-    from stages.lib.ctc import greedy
-    from stages.lib.ctc import scores
+    from stages.tasks.common.ctc import greedy
+    from stages.tasks.common.ctc import scores
 
     with torch.no_grad():
         outputs = torch.cat([model(x[i:i + 64]) for i in range(0, len(x), 64)]).numpy()
@@ -136,7 +136,7 @@ def cpu_ms_per_line(model, x, charset, rounds=3):
     batch 64, no grad, forward and greedy CTC decoding."""
     import torch
 
-    from stages.lib.ctc import greedy
+    from stages.tasks.common.ctc import greedy
 
     best = float("inf")
     with torch.no_grad():
@@ -165,7 +165,7 @@ def onnx_blob(model, x) -> bytes:
 
 def session_ms_per_line(session, x, charset, rounds=3):
     """Predict's CPU ms per line through an onnxruntime session (batch 64, greedy decoding)."""
-    from stages.lib.ctc import greedy
+    from stages.tasks.common.ctc import greedy
 
     xs = x.numpy()
     best = float("inf")
@@ -179,17 +179,18 @@ def session_ms_per_line(session, x, charset, rounds=3):
 
 def onnx_ms_per_line(model, x, charset, threads, rounds=3):
     """The same through onnxruntime (its intra-op pool of `threads`)."""
-    from stages.lib.formats import onnx_session
+    from stages.lib.model.formats import onnx_session
 
     return session_ms_per_line(onnx_session(onnx_blob(model, x), threads), x, charset, rounds)
 
 
 def int8_scores(model, calibration, tests, train_fonts, held_out, charset, threads) -> dict:
-    """The model quantized as export's onnx_int8 (stages/lib/formats.py: int8_bytes), calibrated
+    """The model quantized as export's onnx_int8 (stages/lib/model/formats.py: int8_bytes),
+    calibrated
     on `calibration` lines: its CER and line accuracy seen and unseen, per held-out font, and
     its predict CPU ms per line on every test line."""
-    from stages.lib.ctc import greedy, scores
-    from stages.lib.formats import int8_bytes, onnx_session
+    from stages.tasks.common.ctc import greedy, scores
+    from stages.lib.model.formats import int8_bytes, onnx_session
 
     blob = int8_bytes(onnx_blob(model, calibration), calibration.numpy())
     session = onnx_session(blob, threads)

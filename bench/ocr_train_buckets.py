@@ -3,7 +3,7 @@ paired step by step on the same prepared data.
 
 PROJECT: an ocr project whose `dvc repro prepare` ran with prepare.width_buckets set (its
 data/processed/ holds the widths shards). Two CRNNs start from the same seeded weights; in each
-epoch the bucketed one trains on stages.lib.augment.bucket_batches' batches (cut to their
+epoch the bucketed one trains on stages.lib.train.augment.bucket_batches' batches (cut to their
 width), the other on the stage's usual batches at full width, the two taking turns batch by
 batch (so the machine's drifting speed hits both alike), with the sample's train params
 (augmentation included). After each epoch both are scored on the val split (the bucketed one at
@@ -27,12 +27,12 @@ def main(project, lines, epochs, threads):
     import numpy as np
     import torch
 
-    from stages.lib.augment import EpochBatches, bucket_batches, epoch_order
+    from stages.lib.train.augment import EpochBatches, bucket_batches, epoch_order
     from stages.lib.params import Train
-    from stages.lib.shards import load_split, load_widths
+    from stages.lib.data.shards import load_split, load_widths
     from stages.tasks.ocr import TASK
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import evaluate_loss, setup
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.train.loop import evaluate_loss, setup
 
     if threads:
         torch.set_num_threads(threads)

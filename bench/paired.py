@@ -10,8 +10,8 @@ import time
 def paired_fit(p, run, data, bare_step) -> list[list[tuple[float, float, int]]]:
     """Per epoch, [(stage seconds, bare seconds, samples)] of every step; bare_step(idx) runs one
     bare step on the samples idx and returns its seconds."""
-    from stages.lib import augment
-    from stages.lib.loop import fit
+    from stages.lib.train import augment
+    from stages.lib.train.loop import fit
 
     steps = []
     real_batches = augment.batches

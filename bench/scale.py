@@ -141,7 +141,7 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
 
     from stages.lib.modality.imagecore import normalize
     from stages.lib.params import load
-    from stages.lib.shards import images_view, load_split
+    from stages.lib.data.shards import images_view, load_split
     from stages.tasks.classification.model import build_model
 
     # the stage's settings: deterministic algorithms cost this loop 3-4% here (measured in one

@@ -3,7 +3,7 @@ PyTorch for prediction.
 
     python -m bench.segment [--epochs 3] [--samples 256] [--project DIR] [--images 256]
 
-Training: the stage's loop (stages.lib.loop.fit with the segmentation task and the built-in
+Training: the stage's loop (stages.lib.train.loop.fit with the segmentation task and the built-in
 sample's params: U-Net, batch 16, 128 px RGB, per-sample augmentation of image and mask, the
 NaN/inf checks) and the plainest loop (forward, cross-entropy with ignore_index, backward, step)
 take turns step by step on the same samples, as bench/train.py does for classification, so this
@@ -29,8 +29,8 @@ def train_ratio(epochs: int, samples: int) -> None:
     from stages.lib.params import Train
     from stages.tasks import get
     from stages.tasks.segmentation.model import build_model
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import make_optimizer, setup
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.train.loop import make_optimizer, setup
 
     task = get("segmentation")
     sp = task.sample_params

@@ -2,8 +2,8 @@
 
 Both train the same model (train.model) with the same batch size, optimizer and data already
 in memory (random tensors of the default sample's shape: 1,257 grey 16x16 images, 10 classes),
-on the same number of threads, in this one process. The stage's loop is stages.lib.loop.fit with
-the default params (NaN/inf checks on loss and gradients, accumulation bookkeeping, LR
+on the same number of threads, in this one process. The stage's loop is stages.lib.train.loop.fit
+with the default params (NaN/inf checks on loss and gradients, accumulation bookkeeping, LR
 schedule, progress bar); validation and checkpoint writes happen between epochs and are not
 timed.
 
@@ -67,8 +67,8 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
     from stages.lib.params import load
     from stages.tasks import current
     from stages.tasks.classification.model import build_model
-    from stages.lib.determinism import set_deterministic
-    from stages.lib.loop import make_optimizer, setup
+    from stages.lib.train.determinism import set_deterministic
+    from stages.lib.train.loop import make_optimizer, setup
 
     p = load("train", params_path)
     p = dataclasses.replace(p, epochs=epochs + 1, nproc=1)
@@ -79,7 +79,7 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
     meta = {"classes": [str(i) for i in range(10)], "channels": c}
     data = (x, y, x[:64], y[:64])
     if processed:  # prepare's own shards; the bare loop gets the train split in memory
-        from stages.lib.shards import load_split
+        from stages.lib.data.shards import load_split
 
         x_train, y_train, meta = load_split("train", processed, torch=True)
         x_val, y_val, _ = load_split("val", processed, torch=True)
@@ -90,7 +90,7 @@ def main(epochs, params_path, samples, shards, image_size, channels, processed):
         import tempfile
 
         from stages.lib.modality.imagecore import normalize
-        from stages.lib.shards import load_split, write_processed
+        from stages.lib.data.shards import load_split, write_processed
 
         pixels = torch.randint(0, 256, (samples, size, size, c), generator=g,
                                dtype=torch.uint8).numpy()

@@ -4,7 +4,7 @@
     python -m bench.write_cost --folder /dev/shm  # the same bytes to memory (tmpfs)
 
 Writes --shards shards of 1,000 RGB images at --image-size px (1.9 GB at the defaults, the
-bench/scale.py 25,000 case) with stages.lib.shards.save_npy, as prepare's workers do, then
+bench/scale.py 25,000 case) with stages.lib.data.shards.save_npy, as prepare's workers do, then
 deletes them. Prints the CPU seconds (user + system) of filling the arrays alone and of filling
 and writing them, and the write cost per image. With --decode-ms (one image's decode in the
 single-process loop of bench/scale.py, 1000 / its files/s), it prints the ceiling of prepare's
@@ -28,7 +28,7 @@ def run(folder: Path, shards: int, size: int, write: bool) -> float:
     """CPU seconds to fill (and write) the shards, as prepare's workers do each shard."""
     import numpy as np
 
-    from stages.lib.shards import save_npy
+    from stages.lib.data.shards import save_npy
 
     start = cpu()
     for k in range(shards):

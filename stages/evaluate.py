@@ -33,14 +33,14 @@ def main(params_path):
 
     task = current(params_path)  # first: params that do not fit the task stop here
     p = load("evaluate", params_path)
-    from stages.lib.kernels import use_trained
+    from stages.lib.train.kernels import use_trained
 
     kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
-    from stages.lib.models import no_weights, predict_bucketed, predict_outputs
-    from stages.lib.provenance import run_record, write_run_record
-    from stages.lib.shards import View, images_view, load_test, load_widths
+    from stages.lib.model.models import no_weights, predict_bucketed, predict_outputs
+    from stages.lib.model.provenance import run_record, write_run_record
+    from stages.lib.data.shards import View, images_view, load_test, load_widths
 
-    from stages.lib.cores import stage_threads
+    from stages.lib.train.cores import stage_threads
 
     stage_threads(not kernels["threads_fixed"])  # a queue's share, unless train.threads
     model, meta = load_model(MODEL)

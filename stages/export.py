@@ -5,7 +5,7 @@ any width, Task.dynamic_width), input `input` and the task's outputs (classifica
 `logits`). Its metadata (every value JSON-encoded) carries what a consumer needs to feed it:
 `task`, the task's keys (classification: `classes`, in output order), `image_size`, `channels`,
 `mean`, `std`, and where it came from: `code_sha256`, `manifest_sha256`, `params_sha256`,
-`model_sha256`, and the model's version `model_version` (stages/lib/provenance.py's
+`model_sha256`, and the model's version `model_version` (stages/lib/model/provenance.py's
 model_version: the string predict, serve and the report show). The git commit is deliberately
 NOT in the file (it would change the bytes of a DVC-cached out with every commit, so `dvc
 repro` could never reproduce dvc.lock); it goes to the run record logs/export.json.
@@ -17,8 +17,9 @@ output difference exceeds `atol + rtol * max|PyTorch output|` or the task's deci
 (classification: the top-1 class); then the stage fails naming the worst image and writes no
 model file.
 
-The stage alone lives here; the exporters and the formats' runners are in stages/lib/formats.py,
-the gate in stages/lib/parity.py, the hashes in stages/lib/provenance.py.
+The stage alone lives here; the exporters and the formats' runners are in
+stages/lib/model/formats.py,
+the gate in stages/lib/model/parity.py, the hashes in stages/lib/model/provenance.py.
 
 Test hooks (stages/lib/hooks.py): EXPORT_MEAN_SHIFT, EXPORT_FORMAT_SHIFT.
 """
@@ -112,9 +113,9 @@ def onnx_extra(p, task, meta) -> dict:
 def onnx_parity(p, params_path, task, model, blob, x, paths, widths, threads):
     """(PyTorch's outputs, metrics, [gate failures]) of model.onnx against PyTorch at batch 1
     and export.parity_batch, and again at each of `widths` (the lines cut or padded to it)."""
-    from stages.lib.formats import onnx_runner, outputs
-    from stages.lib.models import predict_outputs
-    from stages.lib.parity import AtWidth, parity_gate
+    from stages.lib.model.formats import onnx_runner, outputs
+    from stages.lib.model.models import predict_outputs
+    from stages.lib.model.parity import AtWidth, parity_gate
 
     batches = sorted({1, p.parity_batch})
 
@@ -139,9 +140,9 @@ def onnx_parity(p, params_path, task, model, blob, x, paths, widths, threads):
 
 def torchscript_parity(p, params_path, task, exported, meta, reference, x, paths):
     """(TorchScript bytes, metrics, [gate failures]) of the traced model against PyTorch."""
-    from stages.lib.formats import torchscript_bytes, torchscript_module
-    from stages.lib.models import predict_outputs
-    from stages.lib.parity import parity_gate
+    from stages.lib.model.formats import torchscript_bytes, torchscript_module
+    from stages.lib.model.models import predict_outputs
+    from stages.lib.model.parity import parity_gate
 
     blob = torchscript_bytes(exported, meta, task)
     runs = {b: predict_outputs(torchscript_module(blob), x, b)  # a module per batch size
@@ -160,10 +161,10 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
     format, naming the image it most likely comes from. OpenVINO must also match onnxruntime
     within export.atol/rtol at batch 1 and export.parity_batch; int8 and TensorRT (FP16) move
     outputs by design, so their output differences are recorded, not gated."""
-    from stages.lib import formats
-    from stages.lib.models import predict_outputs
-    from stages.lib.parity import parity_gate, worst_image
-    from stages.lib.shards import images_view, load_split
+    from stages.lib.model import formats
+    from stages.lib.model.models import predict_outputs
+    from stages.lib.model.parity import parity_gate, worst_image
+    from stages.lib.data.shards import images_view, load_split
 
     evaluate_p = load("evaluate", params_path)
     _, y, _ = load_split("test")
@@ -239,21 +240,22 @@ def main(params_path):
     Reads `task`, `export.*` and (with formats beyond onnx) `evaluate.*` and `train.seed` from
     the params file. With `export.torchscript: true` it also writes models/torchscript/model.pt
     behind the same gate. `export.formats` adds models/openvino/, models/int8/ and
-    models/tensorrt/, each behind its gate (stages/lib/formats.py). Every such folder is always
+    models/tensorrt/, each behind its gate (stages/lib/model/formats.py). Every such folder is
+    always
     written, holding only DISABLED.txt when its format is off, so DVC's outs stay the same and
     DVC has no empty folder to warn about.
     """
-    from stages.tasks import code_files, current, load_model
+    from stages.tasks import current, load_model
 
     task = current(params_path)  # first: params that do not fit the task stop here
     p = load("export", params_path)
-    from stages.lib.kernels import use_trained
+    from stages.lib.train.kernels import use_trained
 
     kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
-    from stages.lib.cores import stage_threads
-    from stages.lib.formats import FOLDERS, NOTE, disabled_note, export_batch, onnx_bytes
-    from stages.lib.provenance import export_provenance, run_record, write_run_record
-    from stages.lib.shards import load_test
+    from stages.lib.train.cores import stage_threads
+    from stages.lib.model.formats import FOLDERS, NOTE, disabled_note, export_batch, onnx_bytes
+    from stages.lib.model.provenance import export_provenance, run_record, write_run_record
+    from stages.lib.data.shards import load_test
 
     # onnxruntime's share under `dvc queue start -j N` (and torch's, unless train.threads fixes
     # it); alone: 0, unchanged
@@ -269,7 +271,7 @@ def main(params_path):
         raise StageError(f"export: {meta['model']} exports only to ONNX, traced at a fixed "
                          f"batch size ({', '.join(others)} not supported for it); set "
                          f"export.formats: [onnx] and export.torchscript: false.")
-    origin = export_provenance(params_path, code_files(task), MODEL)
+    origin = export_provenance(params_path, task.name, MODEL)
     widths = bucket_widths(p, task, meta)
     metadata = {**task.export_metadata(load_all(params_path)), **origin,
                 **onnx_extra(p, task, meta)}

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import click
 
-from stages.lib import changes, safefs, show
+from stages.lib.data import changes
+from stages.lib import safefs, show
 from stages.lib.io import HASH_CHUNK, StageError, read_csv, write_bytes, write_csv
 from stages.lib.params import load, load_all, params_option
 
@@ -217,16 +218,12 @@ def batches(todo: list[str], workers: int) -> list[list[str]]:
 
 
 def cache_file(root: Path, limit: int, task, max_boxes: int = 0) -> Path:
-    """One cache per (source folder, limit, max_boxes, task, inspection and task code, Python
-    version:
-    the file is in marshal's format): any change starts afresh. The inspection's code: this
-    file and every modality's (stages/lib/modality/)."""
-    from stages.tasks import code_files
+    """One cache per (source folder, limit, max_boxes, task, the ingest stage's code for the
+    task (stages.lib.codedeps), Python version: the file is in marshal's format): any change
+    starts afresh."""
+    from stages.lib.codedeps import code_hash
 
-    here = Path(__file__).parent
-    modality = sorted((here / "lib/modality").glob("*.py"))
-    code = b"".join(m.read_bytes() for m in (here / "ingest.py", *modality,
-                                             *code_files(task)))
+    code = code_hash("ingest", task.name).encode()
     salt = f"{root.resolve()}\0{limit}\0{max_boxes}\0{task.name}\0{sys.version}\0".encode()
     return CACHE_DIR / f"{hashlib.sha256(salt + code).hexdigest()[:24]}.marshal"
 

@@ -1,6 +1,6 @@
 """Decode every split file once into data/processed/ so training never decodes files.
 
-Writes fixed-size shards per split (stages/lib/shards.py): <split>/images-NNNNN.npy (the stored
+Writes fixed-size shards per split (stages/lib/data/shards.py): <split>/images-NNNNN.npy (the stored
 samples as the task's modality decodes them, up to prepare.shard_size; images: uint8 NxHxWxC)
 and <split>/targets-NNNNN.npy (the task's targets; classification: int64 class indices), and
 meta.json (the task's meta, e.g. class names, plus the input size, channels, the normalisation
@@ -10,7 +10,8 @@ every consumer applies, counts and shard size). What a file becomes is the modal
 prepare.workers processes (0 = all cores) each decode and write whole shards; a shard's bytes
 depend only on its rows, so the outs are the same whatever the worker count. Memory: one shard
 per worker, whatever the dataset size. The workers are forked before the split tables are read
-(they inherit none of it), and the parent holds the tables as their CSV text (stages/lib/rows.py,
+(they inherit none of it), and the parent holds the tables as their CSV text
+(stages/lib/data/rows.py,
 about 90 bytes a row); each job carries its rows and what a worker needs to set itself up.
 A worker writes its shard's files to temp files; the parent, otherwise idle, fsyncs and renames
 them while the worker decodes its next shard (the workers never wait on the disk), and writes
@@ -192,10 +193,10 @@ def main(params_path):
     `prepare.{image_size,channels,mean,std,shard_size,workers,letterbox,engine,ray_address}`
     from the params file (engine ray: decoded on a Ray cluster, docs/scale.md); `auto`
     image_size, channels, mean and std are chosen from the data
-    (stages/lib/autoprep.py), one printed line per setting says what and why; letterbox auto
+    (stages/lib/data/autoprep.py), one printed line per setting says what and why; letterbox auto
     is the task's default (detection: on).
     """
-    from stages.lib.rows import read_rows
+    from stages.lib.data.rows import read_rows
     from stages.tasks import current
 
     task = current(params_path)  # first: params that do not fit the task stop here
@@ -204,7 +205,7 @@ def main(params_path):
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
     if p.engine == "ray":  # the tasks read data.source where they run: at its absolute path
-        from stages.lib.dvcremote import remote_spec
+        from stages.lib.data.dvcremote import remote_spec
         from stages.prepare_ray import RayPool
 
         source = remote_spec(source) if p.ray_inputs == "remote" else source.resolve()
@@ -227,7 +228,7 @@ def main(params_path):
 def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     """Everything after the pool (or the Ray engine) is up: meta, the auto hints, the shards,
     meta.json. how: where the decoding ran, for the last line."""
-    from stages.lib.autoprep import check_norm, needs_headers_first, resolve_norm
+    from stages.lib.data.autoprep import check_norm, needs_headers_first, resolve_norm
     from stages.lib.params import AUTO
 
     modality = task.modality

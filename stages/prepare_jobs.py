@@ -40,9 +40,9 @@ def init_worker(task_name, meta, source, image_size, channels, facts, norm, widt
 def source_tree(source):
     """data.source as the decode opens files under it (`tree / path`): a folder, or with
     prepare.ray_inputs: remote, a ("s3", url, endpoint, dir md5, path) tuple: the files on the DVC
-    remote (stages/lib/dvcremote.py RemoteTree, fetched once per process)."""
+    remote (stages/lib/data/dvcremote.py RemoteTree, fetched once per process)."""
     if isinstance(source, tuple):
-        from stages.lib.dvcremote import RemoteTree
+        from stages.lib.data.dvcremote import RemoteTree
 
         return RemoteTree(*source[1:4])
     return Path(source)
@@ -63,8 +63,8 @@ def warm_up(modality_name: str):
     the modality's (numpy and Pillow for images) among them."""
     import numpy  # noqa: F401
 
-    import stages.lib.autoprep  # noqa: F401
-    import stages.lib.shards  # noqa: F401
+    import stages.lib.data.autoprep  # noqa: F401
+    import stages.lib.data.shards  # noqa: F401
     from stages.lib.modality import get
 
     get(modality_name)
@@ -106,7 +106,7 @@ def write_shard(job) -> tuple:
     back to the parent, and the files' temp names: the parent fsyncs and renames them
     (io.commit) while this worker decodes its next shard, instead of this worker waiting on
     the disk."""
-    from stages.lib.shards import ShardWriter
+    from stages.lib.data.shards import ShardWriter
 
     setup, split, k, rows, sides_count = job
     init_worker(*setup)
@@ -135,7 +135,7 @@ def decode_facts(split, x, facts, sides_count) -> tuple:
     mean/std are auto, else None)."""
     counts = None
     if _WORKER["norm"] and split == "train":
-        from stages.lib.autoprep import value_counts
+        from stages.lib.data.autoprep import value_counts
 
         counts = value_counts(x)
     facts = facts or []

@@ -3,7 +3,7 @@ driver) writes data/processed/ itself, the same files, byte for byte, as engine:
 
 - The tasks run prepare's own decode (stages/prepare_jobs.py decode_rows: prepare_split, the
   task's targets, the facts for the hints and auto mean/std); nothing is decoded twice or
-  differently. The cluster is reached through stages/lib/raycluster.py's RayMap, an ordered,
+  differently. The cluster is reached through stages/lib/data/raycluster.py's RayMap, an ordered,
   windowed map that knows nothing of prepare.
 - Each task decodes a chunk of one shard (CHUNK rows); the driver takes the results in order
   and streams each into the shard being written (shards.ShardWriter, as a local worker
@@ -12,14 +12,14 @@ driver) writes data/processed/ itself, the same files, byte for byte, as engine:
   the dataset's size: its peak RSS is flat in N (bench/ray_prepare.py measures it).
 - Inputs are read where the tasks run: data.source, made absolute, must be the same path on
   every node (a shared filesystem), or with prepare.ray_inputs: remote, its files are read
-  from the DVC remote (stages/lib/dvcremote.py); a task that cannot find a file says so.
+  from the DVC remote (stages/lib/data/dvcremote.py); a task that cannot find a file says so.
 - Our code travels with the job (Ray's runtime_env py_modules: this checkout's stages/), so a
   cluster's nodes need Python and the requirements, not a copy of the project.
 """
 from pathlib import Path
 
 from stages.lib.io import StageError
-from stages.lib.raycluster import RayMap
+from stages.lib.data.raycluster import RayMap
 from stages.prepare_jobs import OUT_DIR, decode_rows, source_path
 
 CHUNK = 256  # rows per task: ~0.1 s of decode at small sizes, 20 MiB at 160 px RGB
@@ -69,8 +69,8 @@ class RayPool(RayMap):
         from tqdm import tqdm
 
         from stages.lib.io import commit
-        from stages.lib.raycluster import StorePages
-        from stages.lib.shards import ShardWriter
+        from stages.lib.data.raycluster import StorePages
+        from stages.lib.data.shards import ShardWriter
 
         sides_from = "train" if len(splits.get("train", ())) else None  # else every split's
         # (split, shard, first row, rows): the rows are sliced as they are sent, never all

@@ -3,8 +3,8 @@
 By hash (default): a file's split is a pure function of (content hash, split.seed), so adding
 images never moves an existing one and the test set stays fixed as data grows. Files that must
 not straddle splits (identical content, a shared `group` value from labels.csv, near-duplicates
-clustered around representatives: stages.lib.groups) form a group, and the whole group takes the
-split of its smallest member hash; an old file moves only when new data joins its chain of
+clustered around representatives: stages.lib.data.groups) form a group, and the whole group takes
+the split of its smallest member hash; an old file moves only when new data joins its chain of
 lookalikes, and the log says so. Each class's realised share of each split is checked against
 its target within a binomial tolerance (split.balance_z); beyond it the class, its shares and the
 largest groups responsible are named (split.on_imbalance: warn | fail).
@@ -111,8 +111,8 @@ def by_given(rows, keys, seed, val, test) -> dict[str, str]:
 
 def plan(rows, seed, val, test, by="hash", distance=-1, fingerprint=None):
     """({path: split}, {path: group key}) of the usable rows (fingerprint: the task's
-    modality's, stages/lib/groups.py)."""
-    from stages.lib.groups import group_keys
+    modality's, stages/lib/data/groups.py)."""
+    from stages.lib.data.groups import group_keys
 
     keys = group_keys(rows, distance, fingerprint=fingerprint)
     if by == "given":
@@ -126,7 +126,7 @@ def plan(rows, seed, val, test, by="hash", distance=-1, fingerprint=None):
 
 def split_rows(rows, seed, val, test, by="hash", distance=-1,
                fields=("path", "label", "sha256")) -> dict[str, list[dict]]:
-    """{split: rows (only `fields`) sorted by path}; groups (see stages.lib.groups) never
+    """{split: rows (only `fields`) sorted by path}; groups (see stages.lib.data.groups) never
     straddle splits (by hash or time; by given, the data's own split is kept)."""
     where, _ = plan(rows, seed, val, test, by, distance)
     out = {name: [] for name in SPLITS}
@@ -192,7 +192,7 @@ def leakage(rows, where, distance, examples=5, fingerprint=None) -> dict:
     exact copies never straddle; near pairs may, between two representatives' groups."""
     from collections import defaultdict
 
-    from stages.lib.groups import near_duplicate_pairs
+    from stages.lib.data.groups import near_duplicate_pairs
 
     out = {f"{a}-{b}": {"exact": 0, "near": 0, "examples": []}
            for a, b in (("train", "test"), ("train", "val"), ("val", "test"))}

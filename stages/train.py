@@ -3,15 +3,15 @@
 Resumable: models/checkpoints/last.pt (every epoch, and every train.checkpoint_every_steps
 optimiser steps) holds the whole training state; a re-run resumes from it when its fingerprint
 (params + data + code) matches and otherwise starts fresh, saying why. Randomness is a pure
-function of (seed, epoch, sample index) (stages/lib/augment.py), so a resumed run ends with the
-same bytes as one that never stopped, whatever train.num_workers is.
+function of (seed, epoch, sample index) (stages/lib/train/augment.py), so a resumed run ends with
+the same bytes as one that never stopped, whatever train.num_workers is.
 
 Loud: the first non-finite loss or gradient stops the run naming the epoch, the step and the
 samples of the batch; last.pt keeps the last good state.
 
 Scales out: with train.nproc > 1 or train.nnodes > 1 the stage re-runs itself under torchrun
 (DDP; several machines meet at train.rdzv_endpoint); global rank 0 alone writes. Concurrent
-trainings (`dvc queue start -j N`) each take their share of the cores (stages/lib/cores.py).
+trainings (`dvc queue start -j N`) each take their share of the cores (stages/lib/train/cores.py).
 
 The task (stages/tasks/) builds the model and gives the loss and the validation metric; the
 loop, checkpoints, resume, DDP and the loud failure are the same for every task. They live in
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import click
 
-from stages.lib import checkpoint as ck
-from stages.lib import trainlog
-from stages.lib.checkpoint import TRAIN_SPLIT
+from stages.lib.train import checkpoint as ck
+from stages.lib.train import trainlog
+from stages.lib.train.checkpoint import TRAIN_SPLIT
 from stages.lib.io import StageError, write_json
-from stages.lib.loop import NonFinite, fit
+from stages.lib.train.loop import NonFinite, fit
 from stages.lib.params import load, params_option
 
 MODEL = Path("models/model.pt")
@@ -42,7 +42,7 @@ METRICS = Path("metrics/train.json")
 def fit_logged(p, run, data, record, fingerprint, device, rank, world) -> None:
     """fit, with checkpoints, and on rank 0 its logs: the history so far replayed into
     plots/train/ (opening a Live dir clears it, so it never has gaps or duplicate steps), then
-    each epoch, and TensorBoard events with train.tensorboard (stages/lib/trainlog.py)."""
+    each epoch, and TensorBoard events with train.tensorboard (stages/lib/train/trainlog.py)."""
     tb = trainlog.tensorboard(p, run, rank)
     on_checkpoint = ck.checkpointer(run, p, fingerprint, rank, world)
     with contextlib.ExitStack() as stack:
@@ -65,7 +65,7 @@ def fit_or_fail(p, run, data, record, on_epoch, on_checkpoint, tb, device, rank,
     written to the run record (rank 0) and stops the stage with a message naming the fix."""
     import torch
 
-    from stages.lib.provenance import write_run_record
+    from stages.lib.model.provenance import write_run_record
 
     try:
         fit(p, run, data, on_epoch, on_checkpoint, device, rank, world,
@@ -125,10 +125,10 @@ def oom_message(p, device) -> str:
 def write_outputs(p, run, meta, record, x_val, device) -> None:
     """Rank 0's outs: models/model.pt (the last epoch's weights, or best.pt's with train.keep:
     best; LoRA adapters merged), metrics/train.json and the finished run record."""
-    from stages.lib import finetune
-    from stages.lib.distributed import peak_memory_bytes
-    from stages.lib.models import save_model
-    from stages.lib.provenance import write_run_record
+    from stages.lib.train import finetune
+    from stages.lib.train.distributed import peak_memory_bytes
+    from stages.lib.model.models import save_model
+    from stages.lib.model.provenance import write_run_record
 
     task = run.task
     if p.keep == "best":  # best.pt's weights (the last epoch's when it was the best)
@@ -166,7 +166,7 @@ def write_outputs(p, run, meta, record, x_val, device) -> None:
 def train_metrics(p, run, merge_diff) -> dict:
     """metrics/train.json: the last epoch's losses and metric and the best epoch; with
     fine-tuning, what trained and what was loaded."""
-    from stages.lib import finetune
+    from stages.lib.train import finetune
 
     history, best = run.state["history"], run.state["best"]
     last, metric = history[-1], f"val_{run.task.val_metric}"
@@ -194,25 +194,25 @@ def main(params_path):
     With train.nproc > 1 it re-runs itself under torchrun. The run record goes to
     logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
     """
-    from stages.tasks import code_files, current
+    from stages.tasks import current
 
     task = current(params_path)  # first: params that do not fit the task stop here
     p = load("train", params_path)
     if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
-        from stages.lib.distributed import relaunch_under_torchrun
+        from stages.lib.train.distributed import relaunch_under_torchrun
 
         relaunch_under_torchrun(p, params_path)
         return
-    from stages.lib.kernels import use
+    from stages.lib.train.kernels import use
 
     kernels = use(p.kernels, p.threads, click.echo)  # before torch loads: it picks the kernels
     import torch
 
     from stages.lib import hooks
-    from stages.lib.distributed import start_process, system_memory_bytes, trained_on
-    from stages.lib.loop import bucket_widths, first_step_check, setup
-    from stages.lib.provenance import run_record, write_run_record
-    from stages.lib.shards import load_split
+    from stages.lib.train.distributed import start_process, system_memory_bytes, trained_on
+    from stages.lib.train.loop import bucket_widths, first_step_check, setup
+    from stages.lib.model.provenance import run_record, write_run_record
+    from stages.lib.data.shards import load_split
 
     p, cores, device, rank, world = start_process(p)
     # views over the memory-mapped shards: a batch is read and normalised when it is drawn
@@ -220,7 +220,7 @@ def main(params_path):
     x_val, y_val, _ = load_split("val", torch=True)
     if hooks.value("POISON"):
         x_train.poisoned.add(sample_paths().index(hooks.value("POISON")))
-    fingerprint = ck.run_fingerprint(p, task, cores, code_files(task))
+    fingerprint = ck.run_fingerprint(p, task, cores)
     run = setup(p, meta, task, device)
     if meta.get("width_buckets"):  # lines in width buckets: batches and validation per bucket
         run.widths = bucket_widths(meta, task)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from stages.lib import changes, checks, show
+from stages.lib.data import changes
+from stages.lib import checks, show
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
 from stages.lib.params import load_all, params_option
 
@@ -104,7 +105,7 @@ def reason(check: str, row: dict, p, extra: dict, task) -> str:
 
 def check_all(rows, p, task) -> dict:
     """Every problem, warning and dataset-level failure; nothing raises here."""
-    from stages.lib.groups import near_duplicate_pairs
+    from stages.lib.data.groups import near_duplicate_pairs
 
     by_path = {r["path"]: r for r in rows}
     frame, labels_of, findings = file_frame(rows, p, task)

@@ -17,8 +17,8 @@ def make_fake_project(root) -> Path:
     import torch
 
     from stages.lib.modality.imagecore import load_image
-    from stages.lib.models import save_model
-    from stages.lib.shards import write_processed
+    from stages.lib.model.models import save_model
+    from stages.lib.data.shards import write_processed
     from stages.tasks.classification.model import build_model
 
     root = Path(root)

@@ -1,7 +1,7 @@
 """The outs do not depend on where the project or its virtualenv lives.
 
 torch.onnx.export writes the stack trace of every node, absolute paths included, into the ONNX
-file, and TorchScript keeps source paths in its debug records; stages/lib/onnx_clean.py strips
+file, and TorchScript keeps source paths in its debug records; stages/lib/model/onnx_clean.py strips
 them. A second venv path costs nothing: a symlink to this run's venv (`venv_elsewhere`), since
 Python computes site-packages, and so every module's __file__, from the path it was started by.
 """
@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.lib.onnx_clean import strip_source_paths
+from stages.lib.model.onnx_clean import strip_source_paths
 from tests.conftest import ROOT, TINY_RUN, venv_elsewhere
 from tools.project import copy_project, dvc, git, lock_hashes
 
 ALL_STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
               "report"]
 
-# Exports a seeded small_cnn through stages.lib.formats, once as the stage does and once with the
-# stripping switched off (torch.onnx.export's own bytes), and its TorchScript with and without
+# Exports a seeded small_cnn through stages.lib.model.formats, once as the stage does and once with
+# the stripping switched off (torch.onnx.export's own bytes), and its TorchScript with and without
 # the debug records. The ONNX model is behind export's test hook, whose module is defined in
 # stages/export.py, so that the project's own frames get into the stack traces too.
 EXPORT = r"""
@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 import stages.export as export
-from stages.lib import formats, onnx_clean
+from stages.lib.model import formats, onnx_clean
 from stages.lib.hooks import env_name
 from stages.tasks import default_task
 from stages.tasks.classification.model import build_model

@@ -6,7 +6,7 @@ interpolate kernel (documented in imagebatch.py)."""
 import pytest
 import torch
 
-from stages.lib.augment import sample_seed
+from stages.lib.train.augment import sample_seed
 from stages.lib.modality import imageaug, imagebatch
 from stages.lib.params import Train
 

@@ -51,7 +51,7 @@ def test_train_for_learns_within_its_budget():
 
 
 def test_ctc_matches_the_pipelines_loss():
-    from stages.lib.ctc import ctc_loss
+    from stages.tasks.common.ctc import ctc_loss
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(4, 10, 6, generator=g)

@@ -5,11 +5,11 @@ import subprocess
 import sys
 import time
 
-from stages.lib.cores import concurrent_jobs, queue_workers, share
+from stages.lib.train.cores import concurrent_jobs, queue_workers, share
 from tests.conftest import ROOT
 
 PROBE = ("import subprocess, sys; print(subprocess.run([sys.executable, '-c', 'from "
-         "stages.lib.cores import concurrent_jobs; print(concurrent_jobs())'], "
+         "stages.lib.train.cores import concurrent_jobs; print(concurrent_jobs())'], "
          "capture_output=True, text=True).stdout.strip())")
 
 

@@ -87,7 +87,7 @@ def dataset(tmp_path_factory):
 
 
 def test_a_dataset_version_carries_its_md5_and_the_commit_shows_it(dataset):
-    from stages.lib.provenance import registry_state
+    from stages.lib.model.provenance import registry_state
 
     repo, _ = dataset
     message = git(repo, "tag", "-n9", "digits@v2.0.0")
@@ -98,7 +98,7 @@ def test_a_dataset_version_carries_its_md5_and_the_commit_shows_it(dataset):
 
 def test_import_then_update_names_what_changed_and_keeps_old_files_split(dataset, tmp_path,
                                                                          monkeypatch):
-    from stages.lib.changes import dataset_version
+    from stages.lib.data.changes import dataset_version
 
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
     _, origin = dataset

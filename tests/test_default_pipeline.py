@@ -14,7 +14,7 @@ def test_default_pipeline_is_accurate_and_reproduces_the_committed_lock(project,
     wrote the committed dvc.lock and with the venv at another path too, leaves dvc.lock
     unchanged: every out is bit-identical, train's and after included, on any x86-64 CPU with
     AVX2 (train.kernels: portable), whichever kind of CPU wrote the lock."""
-    from stages.lib.kernels import unsupported
+    from stages.lib.train.kernels import unsupported
 
     dvc(project, "repro", python=venv_elsewhere(tmp_path / "venv-elsewhere"))
     accuracy = json.loads((project / "metrics/eval.json").read_text())["accuracy"]

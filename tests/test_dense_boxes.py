@@ -85,7 +85,7 @@ def test_a_coco_image_with_3000_valid_boxes_runs_through_the_gate(in_tmp):
     assert len(row["boxes"]) > 131072  # over csv's default field limit
     summary = json.loads((in_tmp / "metrics/validation.json").read_text())
     assert summary["invalid"] == 0 and summary["boxes"] == DENSE + PLAIN
-    from stages.lib.rows import read_rows  # what prepare reads the split with
+    from stages.lib.data.rows import read_rows  # what prepare reads the split with
 
     split = {r["path"]: r for name in ("train", "val", "test")
              for r in read_rows(in_tmp / f"data/split/{name}.csv")}

@@ -72,8 +72,8 @@ def test_torchvision_detector_trains_evaluates_and_exports(detection_project, tm
 def test_wrapper_takes_targets_in_train_and_gives_rows_in_eval(name):
     import torch
 
-    from stages.lib.formats import export_batch
-    from stages.lib.models import forward_loss
+    from stages.lib.model.formats import export_batch
+    from stages.lib.model.models import forward_loss
     from stages.tasks.detection import TASK
     from stages.tasks.detection.model import build_model
     from stages.tasks.detection.torchvision_detectors import PAD_SCORE, TOP_K

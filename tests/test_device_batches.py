@@ -1,4 +1,4 @@
-"""Batches built on the device (stages/lib/devicedata.py), with the CPU standing in for the
+"""Batches built on the device (stages/lib/train/devicedata.py), with the CPU standing in for the
 GPU: the split loaded whole or streamed batch by batch gives the batches of the host loader,
 so training gives the same weights; the budget decides which; a NaN is still named."""
 import dataclasses
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from stages.lib.devicedata import Source, fits, use_device_batches
-from stages.lib.loop import NonFinite, fit, setup
+from stages.lib.train.devicedata import Source, fits, use_device_batches
+from stages.lib.train.loop import NonFinite, fit, setup
 from stages.lib.params import Train
-from stages.lib.shards import load_split, write_processed
+from stages.lib.data.shards import load_split, write_processed
 from stages.tasks import default_task, get
 
 META = {"classes": ["a", "b"], "image_size": 8, "mean": [0.4], "std": [0.3]}
@@ -62,7 +62,7 @@ def test_resident_and_streamed_batches_train_the_same_weights_as_the_host_loader
 
 
 def test_streamed_batches_come_in_the_loaders_order_with_the_same_values(tmp_path):
-    from stages.lib.augment import EpochBatches, epoch_order
+    from stages.lib.train.augment import EpochBatches, epoch_order
 
     (x, y, _), _ = processed(tmp_path)
     p = Train(batch_size=8)
@@ -106,8 +106,8 @@ def test_batched_augmentations_make_no_cpu_tensor_on_the_meta_device(task, knobs
 def test_the_device_path_makes_no_cpu_tensor_on_the_meta_device(tmp_path, monkeypatch, resident):
     """The device path (resident gather or streamed copy, normalise, batched augmentation) with
     the meta device standing in for a GPU: a CPU-made tensor mixed in would raise."""
-    from stages.lib import devicedata
-    from stages.lib.augment import EpochBatches, epoch_order
+    from stages.lib.train import devicedata
+    from stages.lib.train.augment import EpochBatches, epoch_order
 
     (x, y, _), _ = processed(tmp_path, channels=3)
     monkeypatch.setattr(devicedata, "free_bytes", lambda device: 2 ** 40 if resident else 0)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from stages.lib.models import forward_loss
+from stages.lib.model.models import forward_loss
 from stages.lib.params import Train
 from stages.tasks import get
 
@@ -147,7 +147,7 @@ def test_segmentation_pixel_loss_is_cross_entropy_with_ignored_pixels():
 def test_ocr_ctc_loss_is_torchs(reduction):
     """The task's CTC (routed through the CPU on CUDA under deterministic algorithms) is
     F.ctc_loss over the log-softmax, lengths read from the targets' first column."""
-    from stages.lib.ctc import ctc_loss
+    from stages.tasks.common.ctc import ctc_loss
 
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(2, 12, 5, generator=g, requires_grad=True)
@@ -176,7 +176,7 @@ class PutModel(torch.nn.Module):
 
 
 def test_preflight_names_the_op_the_task_and_the_param():
-    from stages.lib.determinism import preflight
+    from stages.lib.train.determinism import preflight
 
     model = PutModel()
     torch.use_deterministic_algorithms(True)
@@ -192,7 +192,7 @@ def test_preflight_names_the_op_the_task_and_the_param():
 
 
 def test_preflight_leaves_weights_statistics_gradients_and_generators_as_they_were():
-    from stages.lib.determinism import preflight
+    from stages.lib.train.determinism import preflight
 
     torch.manual_seed(3)
     model = PutModel()
@@ -213,7 +213,7 @@ def test_preflight_leaves_weights_statistics_gradients_and_generators_as_they_we
 
 
 def test_preflight_lets_other_errors_through():
-    from stages.lib.determinism import preflight
+    from stages.lib.train.determinism import preflight
 
     def step():
         raise RuntimeError("CUDA out of memory")

@@ -63,7 +63,7 @@ def test_the_beam_search_refuses_a_width_above_the_bound():
     import numpy as np
 
     from stages.lib.params import MAX_BEAM
-    from stages.lib.ctc import beam
+    from stages.tasks.common.ctc import beam
 
     logits = np.zeros((1, 4, 3), np.float32)
     assert beam(logits, "ab", MAX_BEAM)  # the bound itself runs

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from stages.lib import io as stage_io
-from stages.lib.shards import save_npy
+from stages.lib.data.shards import save_npy
 from tests.fake_model_project import limit_file_size
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit, writ
     past it (the second block writes short): the buffered write takes over and fails with the
     usual error naming the shard; no temp file is left."""
     script = ("import sys, numpy as np; from pathlib import Path\n"
-              "from stages.lib.io import StageError; from stages.lib.shards import save_npy\n"
+              "from stages.lib.io import StageError; from stages.lib.data.shards import save_npy\n"
               "from tests.test_direct_write import fill_streamed\n"
               f"try: {WRITERS[writer]}\n"
               "except StageError as e: sys.exit(f'Error: {e.message}')\n")
@@ -159,7 +159,7 @@ def test_a_file_size_limit_mid_write_is_the_one_line_error(tmp_path, limit, writ
 def fill_streamed(path: Path, array: np.ndarray, steps, on_block=None) -> str:
     """Copy array into a NpyBuffer in `steps` pieces, as a decode would, telling a
     StreamedWrite after each; on_block(writer, done) is called after each piece."""
-    from stages.lib.shards import NpyBuffer
+    from stages.lib.data.shards import NpyBuffer
 
     buf = NpyBuffer(array.shape, array.dtype)
     x = buf.array(array.shape, array.dtype)

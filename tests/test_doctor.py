@@ -18,7 +18,7 @@ def test_run_record_holds_the_lock_files_sha256(in_tmp):
     import hashlib
     import shutil
 
-    from stages.lib.provenance import run_record
+    from stages.lib.model.provenance import run_record
 
     shutil.copy(ROOT / "requirements.lock", in_tmp / "requirements.lock")
     digest = hashlib.sha256((ROOT / "requirements.lock").read_bytes()).hexdigest()

@@ -1,9 +1,9 @@
-"""train.ema: the weight average (stages/lib/ema.py) is what validation scores and what becomes
-model.pt; it is checkpointed, so a killed run resumes to the same bytes."""
+"""train.ema: the weight average (stages/lib/train/ema.py) is what validation scores and what
+becomes model.pt; it is checkpointed, so a killed run resumes to the same bytes."""
 import pytest
 import torch
 
-from stages.lib.ema import EMA
+from stages.lib.train.ema import EMA
 from tests.test_train_resume import KILLED, make_tiny, outs, train_stage
 
 

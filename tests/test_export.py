@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from stages.lib.hooks import env_name
-from stages.lib.parity import parity_gate
+from stages.lib.model.parity import parity_gate
 from stages.tasks import default_task
 from tests.conftest import ROOT, run_stage
 from tests.fake_model_project import CLASSES, make_fake_project, read_rows
@@ -57,7 +57,7 @@ def consume(onnx_path, images) -> dict:
 def torch_top1(model_path, images) -> list[str]:
     """PyTorch's top-1 through the project's own preprocessing (stages.lib.modality.imagecore)."""
     from stages.lib.modality.imagecore import load_image, normalize
-    from stages.lib.models import predict_outputs
+    from stages.lib.model.models import predict_outputs
     from stages.tasks import load_model
 
     model, meta = load_model(model_path)

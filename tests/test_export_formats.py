@@ -166,7 +166,7 @@ def test_default_formats_leave_the_outs_as_they_were():
     none of their keys, and the format knobs stay out of model.onnx's params hash."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert params["export"]["formats"] == ["onnx"]
-    from stages.lib.provenance import FORMAT_KEYS
+    from stages.lib.model.provenance import FORMAT_KEYS
     from stages.lib.params import Export
 
     assert set(FORMAT_KEYS) == {"formats", "max_metric_drop", "calibration_samples"}
@@ -184,7 +184,7 @@ def test_unknown_or_repeated_formats_are_refused():
 
 
 def test_calibration_sample_is_a_pure_function_of_the_seed():
-    from stages.lib.formats import calibration_indices
+    from stages.lib.model.formats import calibration_indices
 
     a = calibration_indices(1000, 64, 0)
     assert np.array_equal(a, calibration_indices(1000, 64, 0)) and len(set(a)) == 64
@@ -193,8 +193,9 @@ def test_calibration_sample_is_a_pure_function_of_the_seed():
 
 
 def test_openvino_never_starts_its_telemetry(tmp_path):
-    """Loading OpenVINO through stages.lib.formats sends nothing and writes nothing in $HOME."""
-    code = ("import sys; from stages.lib.formats import import_openvino; import_openvino(); "
+    """Loading OpenVINO through stages.lib.model.formats sends nothing and writes nothing in
+    $HOME."""
+    code = ("import sys; from stages.lib.model.formats import import_openvino; import_openvino(); "
             "import openvino.tools.ovc; "
             "print(sys.modules['openvino.tools.ovc.telemetry_utils'].tm.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -244,7 +245,7 @@ def test_int8_calibration_is_bit_stable_on_one_core(formats_project):
     code = (
         "import sys\n"
         "from stages.lib import formats\n"
-        "from stages.lib.shards import load_split\n"
+        "from stages.lib.data.shards import load_split\n"
         "from stages.lib.params import load\n"
         "x, _, _ = load_split('train')\n"
         "idx = formats.calibration_indices(len(x), load('export').calibration_samples, "
@@ -270,7 +271,7 @@ def test_int8_gives_the_same_outputs_on_avx2_kernels(formats_project, tmp_path):
         "import sys\n"
         "import numpy as np\n"
         "import onnxruntime as ort\n"
-        "from stages.lib.shards import load_split\n"
+        "from stages.lib.data.shards import load_split\n"
         "x = np.ascontiguousarray(load_split('train')[0][0:128], dtype=np.float32)\n"
         "so = ort.SessionOptions()\n"
         "so.intra_op_num_threads = 1\n"

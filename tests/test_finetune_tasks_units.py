@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages.lib import finetune
-from stages.lib.models import init_from, save_model
+from stages.lib.train import finetune
+from stages.lib.model.models import init_from, save_model
 from stages.lib.params import load
 from stages.tasks import get
 

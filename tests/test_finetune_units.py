@@ -8,14 +8,14 @@ import pytest
 import torch
 import torchvision
 
-from stages.lib import finetune
+from stages.lib.train import finetune
 from stages.lib.io import StageError
-from stages.lib.models import init_from, save_model
+from stages.lib.model.models import init_from, save_model
 from stages.lib.params import Train
 from stages.tasks import default_task
 from stages.tasks.classification.model import build_model
-from stages.lib.checkpoint import checkpoint, restore
-from stages.lib.loop import setup
+from stages.lib.train.checkpoint import checkpoint, restore
+from stages.lib.train.loop import setup
 
 META = {"classes": [str(i) for i in range(10)], "image_size": 16, "channels": 1,
         "mean": [0.5], "std": [0.5]}

@@ -26,7 +26,7 @@ def other_model(project, dest):
     """models/model.pt with one weight changed: another model version."""
     import torch
 
-    from stages.lib.models import save_model
+    from stages.lib.model.models import save_model
 
     blob = torch.load(project / "models/model.pt", map_location="cpu", weights_only=True)
     key = next(k for k, v in blob["state_dict"].items() if v.is_floating_point())

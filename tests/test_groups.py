@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stages.lib.groups import _blocks, brute_pairs, hash_pairs, scheme
+from stages.lib.data.groups import _blocks, brute_pairs, hash_pairs, scheme
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -84,7 +84,7 @@ def test_many_hashes_use_an_index_and_agree_with_brute_force():
 def test_representatives_do_not_chain():
     import hashlib
 
-    from stages.lib.groups import group_keys, near_clusters
+    from stages.lib.data.groups import group_keys, near_clusters
 
     h, rows = 0x0F0F0F0F0F0F0F0F, []
     for i in range(40):  # a chain: each hash one bit from the one before, 40 bits end to end

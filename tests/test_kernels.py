@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from stages.lib import kernels
+from stages.lib.train import kernels
 from tests.conftest import ROOT, copy_run, run_module
 
 HOSTILE = {
@@ -107,7 +107,7 @@ def test_portable_needs_a_fixed_thread_count(project):
 def test_the_profile_refuses_a_torch_imported_too_early(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in kernels.PORTABLE_ENV}
     proc = subprocess.run(
-        [sys.executable, "-c", "import torch; from stages.lib.kernels import use; "
+        [sys.executable, "-c", "import torch; from stages.lib.train.kernels import use; "
          "use('portable', 2)"], cwd=tmp_path, capture_output=True, text=True,
         env={**env, "PYTHONPATH": str(ROOT)})
     if kernels.unsupported():
@@ -172,11 +172,11 @@ def test_a_training_step_uses_no_vml_op(run, request, monkeypatch):
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from stages.lib.models import forward_loss
-    from stages.lib.shards import load_split
+    from stages.lib.model.models import forward_loss
+    from stages.lib.data.shards import load_split
     from stages.lib.params import load
     from stages.tasks import current
-    from stages.lib.loop import setup
+    from stages.lib.train.loop import setup
 
     project = request.getfixturevalue(run)
     monkeypatch.chdir(project)
@@ -207,7 +207,7 @@ def test_int8_calibration_bounds_ignore_the_last_bits():
     reaches the int8 scales, and the rounded range always holds the measured one."""
     import numpy as np
 
-    from stages.lib.formats import outward
+    from stages.lib.model.formats import outward
 
     rng = np.random.default_rng(0)
     values = (rng.standard_normal(2000) * 10.0 ** rng.integers(-3, 3, 2000)).astype(np.float32)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from stages.lib import speech_synth
+from stages.tasks.common import speech_synth
 from stages.lib.modality import get
 from stages.lib.modality.errors import BadInput
 

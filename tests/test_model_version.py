@@ -1,7 +1,7 @@
 """Issue 41, item 10: one model, one version string everywhere: the ONNX metadata, predict's
 rows (onnxruntime and torch), serve's /ready, /model and /predict, and the report.
 
-The version is stages.lib.provenance.model_version: the first 12 hex digits of the sha256 of
+The version is stages.lib.model.provenance.model_version: the first 12 hex digits of the sha256 of
 models/model.pt. A real `dvc repro` run (trained_project), a real predict and a real server.
 """
 import hashlib
@@ -48,6 +48,6 @@ def test_one_model_has_one_version_everywhere(trained_project, tmp_path):
     shown = re.findall(r'data-key="model_version">([^<]*)<', report)
     assert shown == [version], shown
 
-    from stages.lib.provenance import model_version
+    from stages.lib.model.provenance import model_version
 
     assert model_version(weights) == version  # the one definition, shared

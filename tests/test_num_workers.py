@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from stages.lib.augment import EpochBatches, batches, epoch_order, one_thread
+from stages.lib.train.augment import EpochBatches, batches, epoch_order, one_thread
 from stages.lib.params import Train
 from stages.tasks import get
 from tests.conftest import copy_run

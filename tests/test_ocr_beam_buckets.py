@@ -57,7 +57,7 @@ def test_predict_runs_each_line_at_its_bucket(bucketed, tmp_path):
 
     from stages.lib.modality.imagecore import load_image, normalize
     from stages.tasks import load_model
-    from stages.lib.ctc import greedy
+    from stages.tasks.common.ctc import greedy
 
     rows = read_csv(bucketed / "data/split/test.csv")[:30]
     paths = [bucketed / "data/sample" / r["path"] for r in rows]

@@ -23,8 +23,8 @@ def predict(cwd, *args):
 @pytest.fixture(scope="module")
 def lines(ocr_project, tmp_path_factory):
     """24 test lines copied to a folder, and what a width-4 beam makes of the ONNX model's
-    logits for each, computed here in-process (tools.inference + stages.lib.ctc)."""
-    from stages.lib.ctc import beam, greedy
+    logits for each, computed here in-process (tools.inference + stages.tasks.common.ctc)."""
+    from stages.tasks.common.ctc import beam, greedy
     from stages.lib.modality.imageserve import read as read_image
     from tools.inference import load
 

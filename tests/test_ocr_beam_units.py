@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from stages.lib.ctc import beam, collapse, greedy, log_softmax, prefix_search
+from stages.tasks.common.ctc import beam, collapse, greedy, log_softmax, prefix_search
 
 
 def brute_force(probs: np.ndarray) -> dict:

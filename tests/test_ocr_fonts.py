@@ -162,7 +162,7 @@ def test_held_out_fonts_never_reach_train(fonts, tmp_path):
 def test_cer_per_font_and_seen_against_unseen(tmp_path):
     from stages.lib.io import csv_bytes, write_csv
     from stages.tasks.ocr.groups import group_metrics
-    from stages.lib.ctc import scores
+    from stages.tasks.common.ctc import scores
 
     manifest = [{"path": f"l{i}.png", "group": g} for i, g in enumerate("AABBCC")]
     write_csv(tmp_path / "manifest.csv", manifest, ["path", "group"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.lib.augment import bucket_batches
+from stages.lib.train.augment import bucket_batches
 from stages.lib.hooks import env_name
 from tests.conftest import copy_run, run_stage
 
@@ -120,7 +120,7 @@ def test_prepare_records_each_lines_bucket(bucketed):
     from PIL import Image
 
     from stages.lib.io import read_csv, read_json
-    from stages.lib.shards import images_view, load_widths
+    from stages.lib.data.shards import images_view, load_widths
 
     meta = read_json(bucketed / "data/processed/meta.json")
     assert meta["width_buckets"] == ALL
@@ -148,7 +148,7 @@ def test_killed_mid_epoch_resumes_to_the_same_model(bucketed, tmp_path):
     run = copy_run(bucketed, tmp_path / "run")
     for path in (run / "models").rglob("*.pt"):
         path.unlink()
-    from stages.lib.shards import load_widths
+    from stages.lib.data.shards import load_widths
 
     widths = load_widths("train", run / "data/processed")
     steps = len(bucket_batches(len(widths), widths, 32, 0, 1))  # epoch 2's batches
@@ -173,11 +173,11 @@ def test_evaluate_runs_each_line_at_its_bucket(bucketed):
 
     import torch
 
-    from stages.lib.shards import load_split
+    from stages.lib.data.shards import load_split
     from stages.lib.io import read_csv
     from stages.tasks import load_model
-    from stages.lib.shards import load_widths
-    from stages.lib.ctc import greedy
+    from stages.lib.data.shards import load_widths
+    from stages.tasks.common.ctc import greedy
 
     root = bucketed / "data/processed"
     metrics = json.loads((bucketed / "metrics/eval.json").read_text())

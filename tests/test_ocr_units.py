@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.lib.ctc import collapse, greedy, scores
+from stages.tasks.common.ctc import collapse, greedy, scores
 from stages.tasks.ocr.checks import frames, repeats
 from stages.tasks.ocr.metrics import char_errors
 from stages.tasks.ocr.sample import CJK_CHARS, text_lines

@@ -21,7 +21,7 @@ from tests.conftest import ROOT, write_image
 def seg_model(tmp_path_factory) -> Path:
     import torch
 
-    from stages.lib.models import save_model
+    from stages.lib.model.models import save_model
     from stages.tasks.segmentation.model import build_model
 
     torch.manual_seed(0)

@@ -129,8 +129,8 @@ def test_the_driver_gives_back_the_store_pages_it_read(cluster, monkeypatch):
     in the driver's RSS; StorePages.release drops those pages (the data is untouched)."""
     import numpy as np
 
-    from stages.lib import raycluster
-    from stages.lib.raycluster import StorePages
+    from stages.lib.data import raycluster
+    from stages.lib.data.raycluster import StorePages
 
     for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED"):
         monkeypatch.setenv(name, "0")  # connect sets them: put back after this test

@@ -2,7 +2,7 @@ import json
 import subprocess
 
 from stages.lib.params import Train
-from stages.lib.provenance import git_state, params_hash, run_record, write_run_record
+from stages.lib.model.provenance import git_state, params_hash, run_record, write_run_record
 
 
 def test_params_hash_is_stable_and_sensitive():

@@ -214,7 +214,7 @@ def test_every_input_is_read_once_per_render(run, monkeypatch):
 
     from stages.report.page import render
 
-    from stages.lib.provenance import ROOT
+    from stages.lib.model.provenance import ROOT
 
     root, opened, real_open = Path(os.path.abspath(run)), Counter(), builtins.open
 

@@ -1,11 +1,11 @@
-"""stages/lib/rows.py: a CSV table held as its text reads back as exactly read_csv's dicts,
+"""stages/lib/data/rows.py: a CSV table held as its text reads back as exactly read_csv's dicts,
 whole, sliced, indexed and pickled (what prepare sends its workers)."""
 import pickle
 
 import pytest
 
 from stages.lib.io import StageError, read_csv
-from stages.lib.rows import read_rows
+from stages.lib.data.rows import read_rows
 
 # quoted commas and newlines (a detection box list, an OCR line), CRLF and lone CR line ends,
 # blank lines (csv.DictReader skips them), a short and a long row (restval / restkey),

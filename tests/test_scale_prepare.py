@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stages.lib.shards import save_npy
+from stages.lib.data.shards import save_npy
 from tests.conftest import run_stage
 from tools.project import set_params
 
@@ -99,11 +99,11 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
     """The hints (explicit size/channels: gathered by the workers while decoding) and the auto
     choices (headers read in parallel first, mean/std from the workers' value counts) are the
     lines and values the serial passes give; shards and meta are the same for 1 and 2 workers."""
-    from stages.lib.autoprep import resolve_norm
+    from stages.lib.data.autoprep import resolve_norm
     from stages.lib.modality.imagefit import resolve_shape
     from stages.lib.io import read_csv
     from stages.lib.params import load
-    from stages.lib.shards import images_view
+    from stages.lib.data.shards import images_view
 
     make_dataset(tmp_path)
     if mode == "auto":
@@ -140,7 +140,7 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
 
 def test_a_batch_read_names_a_truncated_shard(tmp_path):
     """The per-sample reads of a random batch check every read, like the slice reads."""
-    from stages.lib.shards import images_view, write_processed
+    from stages.lib.data.shards import images_view, write_processed
 
     x = np.arange(12 * 2 * 2 * 1, dtype=np.uint8).reshape(12, 2, 2, 1)
     write_processed(tmp_path, {"train": (x, np.zeros(12, np.int64))},

@@ -7,7 +7,7 @@ import sys
 from tests.conftest import ROOT
 
 PROBE = ("import torch; default = torch.get_num_threads(); "
-         "from stages.lib.cores import stage_threads; n = stage_threads(); "
+         "from stages.lib.train.cores import stage_threads; n = stage_threads(); "
          "print(default, n, torch.get_num_threads())")
 
 
@@ -36,7 +36,7 @@ def test_export_passes_the_share_to_onnxruntime():
     import numpy as np
     import torch
 
-    from stages.lib.formats import onnx_runner, outputs
+    from stages.lib.model.formats import onnx_runner, outputs
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     x = np.random.default_rng(0).standard_normal((5, 3, 2, 2)).astype(np.float32)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stages.lib.modality.imagecore import normalize
-from stages.lib.shards import images_view, load_split, write_processed
+from stages.lib.data.shards import images_view, load_split, write_processed
 from tests.conftest import run_stage
 
 

@@ -1,4 +1,4 @@
-"""stages/lib/speech_synth.py: libespeak-ng from the espeakng-loader wheel, through ctypes.
+"""stages/tasks/common/speech_synth.py: libespeak-ng from the espeakng-loader wheel, through ctypes.
 
 espeak-ng keeps global state between calls; each text is synthesized in its own fresh
 process, so its bytes depend only on (text, voice variant, rate, pitch). The evidence: the
@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 
-from stages.lib import speech_synth
+from stages.tasks.common import speech_synth
 
 JOBS = [("yes", "m3", 160, 50), ("stop", "grandma", 140, 70), ("seven", "klatt", 175, 40),
         ("no", "m3", 160, 50)]
@@ -95,7 +95,7 @@ def test_every_variant_gives_the_same_bytes_in_any_order_process_and_second():
 HELD_LOCK = """
 import hashlib, os, sys, threading
 import numpy as np
-from stages.lib import speech_synth
+from stages.tasks.common import speech_synth
 
 # another thread of this process holds a lock at the moment of any fork, and a forked child
 # needs it (as a torch or OpenMP pool's lock, held mid-work, hung a test worker's fork): a

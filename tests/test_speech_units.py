@@ -40,7 +40,7 @@ def test_sample_bytes_are_fixed_and_its_test_voices_are_never_trained_on():
 
 
 def test_first_clips_do_not_depend_on_how_many_are_written():
-    from stages.lib import speech_synth
+    from stages.tasks.common import speech_synth
 
     voices = speech_sample.voices_by_split(speech_synth.variants())
     assert [speech_sample.plan(i, voices) for i in range(5)] == [

@@ -129,7 +129,7 @@ def lookalike_rows(root, per_class=300):
 def test_lookalike_classes_keep_their_shares_and_chaining_would_not(tmp_path):
     from collections import Counter
 
-    from stages.lib.groups import group_keys
+    from stages.lib.data.groups import group_keys
     from stages.lib.params import Split, Validate
     from stages.split import balance, plan
     from stages.tasks import default_task
@@ -153,7 +153,7 @@ def test_lookalike_classes_keep_their_shares_and_chaining_would_not(tmp_path):
 
 
 def test_growth_moves_only_files_whose_lookalike_chain_got_new_data(tmp_path):
-    from stages.lib.groups import group_keys
+    from stages.lib.data.groups import group_keys
     from stages.split import plan
 
     old_rows = lookalike_rows(tmp_path / "old", 300)

@@ -1,13 +1,13 @@
 """The training loop reads the device back every train.sync_every batches, not every step
-(stages/lib/loop.py Pending): the logged figures are those of a per-step read, and a NaN still
+(stages/lib/train/loop.py Pending): the logged figures are those of a per-step read, and a NaN still
 stops the run naming the first batch that produced it, with the weights of the last good step."""
 import dataclasses
 
 import pytest
 import torch
 
-from stages.lib.augment import epoch_order
-from stages.lib.loop import NonFinite, fit, setup
+from stages.lib.train.augment import epoch_order
+from stages.lib.train.loop import NonFinite, fit, setup
 from stages.lib.params import Train
 from stages.tasks import default_task
 from tests.test_train_eval_export import META, toy_data
@@ -25,7 +25,7 @@ def run_fit(p, x, y):
                                    {"optimizer": "sgd"}])
 @pytest.mark.parametrize("latch", [False, True])
 def test_the_logged_losses_and_weights_do_not_depend_on_sync_every(knobs, latch, monkeypatch):
-    from stages.lib import loop
+    from stages.lib.train import loop
 
     if latch:  # the device path (device flag, AdamW's found_inf) run on the CPU
         monkeypatch.setattr(loop, "HOST_CHECK_DEVICES", ())
@@ -47,7 +47,7 @@ def test_a_nan_at_a_known_batch_is_named_with_its_step_and_later_steps_change_no
         sync_every, optimizer, latch, monkeypatch):
     """latch: the device path (a device flag, AdamW's found_inf) run on the CPU, as on a GPU;
     otherwise the CPU's own host check at each step."""
-    from stages.lib import loop
+    from stages.lib.train import loop
 
     if latch:
         monkeypatch.setattr(loop, "HOST_CHECK_DEVICES", ())

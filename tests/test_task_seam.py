@@ -115,7 +115,7 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
 
     meta = json.loads((root / "data/processed/meta.json").read_text())
     assert "classes" not in meta  # nothing of classification leaked in
-    from stages.lib.shards import images_view
+    from stages.lib.data.shards import images_view
 
     images = images_view("test", root / "data/processed")[:]
     session = ort.InferenceSession(str(root / "models/model.onnx"),

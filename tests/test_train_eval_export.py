@@ -3,16 +3,16 @@ import numpy as np
 import pytest
 import torch
 
-from stages.lib.formats import onnx_bytes, onnx_runner, outputs
-from stages.lib.models import save_model
-from stages.lib.parity import compare
+from stages.lib.model.formats import onnx_bytes, onnx_runner, outputs
+from stages.lib.model.models import save_model
+from stages.lib.model.parity import compare
 from stages.tasks import load_model
 from stages.lib.params import Train
 from stages.tasks.classification.metrics import headline_metrics
 from stages.tasks.classification.model import build_model
-from stages.lib.augment import epoch_order
-from stages.lib.determinism import set_deterministic
-from stages.lib.loop import fit, setup
+from stages.lib.train.augment import epoch_order
+from stages.lib.train.determinism import set_deterministic
+from stages.lib.train.loop import fit, setup
 from stages.tasks import default_task
 
 TASK = default_task()

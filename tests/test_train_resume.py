@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from stages.lib.io import write_csv
-from stages.lib.shards import write_processed
+from stages.lib.data.shards import write_processed
 from tests.conftest import run_stage
 
 STEPS_PER_EPOCH = 6

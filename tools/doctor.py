@@ -107,7 +107,7 @@ def torch_findings() -> list[Finding]:
 
 def kernel_findings(root) -> list[Finding]:
     """Whether this CPU runs the kernel profile dvc.lock was written under (train.kernels)."""
-    from stages.lib.kernels import PORTABLE, cpu_name, unsupported
+    from stages.lib.train.kernels import PORTABLE, cpu_name, unsupported
     from stages.lib.params import load
 
     try:

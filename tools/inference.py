@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError, sha256_file
-from stages.lib.provenance import model_version
+from stages.lib.model.provenance import model_version
 from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
@@ -73,7 +73,7 @@ class Model:
 
     @property
     def version(self) -> str:
-        """The model's version (stages.lib.provenance.model_version): the sha256 prefix of its
+        """The model's version (stages.lib.model.provenance.model_version): the sha256 prefix of its
         trained weights, the same for model.pt and every format exported from it; predict's
         rows, serve's answers and the report carry it. `sha256` names the file itself."""
         return self.declared_version or model_version(self.weights_sha256)
@@ -87,7 +87,7 @@ class Model:
 def load_onnx(path, threads: int = 0) -> Model:
     import onnxruntime as ort
 
-    from stages.lib.formats import batched, onnx_session
+    from stages.lib.model.formats import batched, onnx_session
 
     path = Path(path)
     if not path.is_file():
@@ -159,7 +159,7 @@ def task_and_meta(props: dict, path):
 
 def load_openvino(path, threads: int = 0) -> Model:
     """The OpenVINO IR (model.xml beside model.bin) on OpenVINO's CPU plugin, in f32."""
-    from stages.lib import formats
+    from stages.lib.model import formats
 
     path = Path(path)
     if not path.is_file():

@@ -9,7 +9,7 @@ folder: `pipelines/NAME:NAME` for DVC and GTO (tags `pipelines/NAME=NAME@v1.0.0`
 
 A stage runs with the folder as its working directory (DVC's rule), so its command puts the
 root on the import path (`PYTHONPATH=../.. python -m stages.X`); the stages read the root's
-code and requirements.lock from where the package is (stages/lib/provenance.py ROOT), so every
+code and requirements.lock from where the package is (stages/lib/model/provenance.py ROOT), so every
 out is byte for byte what the same params give at the root (tests/test_pipelines.py).
 """
 import os

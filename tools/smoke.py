@@ -3,7 +3,7 @@ copy.
 
 Proves data loading, forward/backward, loss, model save/load, evaluation and ONNX export all
 work with your data and your params before anyone spends hours on a full run. The subset is
-drawn from the configured `data.source` (write_subset with stages/lib/subset.py: --per-class
+drawn from the configured `data.source` (write_subset with stages/lib/data/subset.py: --per-class
 files of each class, or files for tasks without classes, chosen by a hash of --seed and the
 path); every param is yours except data.source, train.epochs and, so that the subset can
 pass, validate.min_per_class (with --sample too).
@@ -24,10 +24,10 @@ SUBSET_DIR = "data/smoke"  # in the temp copy
 
 
 def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> int:
-    """Copy the seeded subset of source (stages/lib/subset.py) into dest, at the same relative
+    """Copy the seeded subset of source (stages/lib/data/subset.py) into dest, at the same relative
     paths, with the task's annotation files cut to it; the number of images."""
     from stages.ingest import walk
-    from stages.lib.subset import choose
+    from stages.lib.data.subset import choose
 
     source, dest = Path(source), Path(dest)
     listing = walk(source)

@@ -39,7 +39,7 @@ def lock_profile(clone: Path) -> str:
 def profile_lines(written: str) -> tuple[list[str], str]:
     """(what to print about the lock's profile and this machine's, why this machine cannot
     reproduce the float outs bit for bit or "")."""
-    from stages.lib.kernels import PORTABLE, cpu_name, resolve
+    from stages.lib.train.kernels import PORTABLE, cpu_name, resolve
 
     here, why = resolve(written)
     lines = [f"verify: dvc.lock was written under train.kernels {written}; this machine "

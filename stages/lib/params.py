@@ -150,7 +150,7 @@ def spec_problems(spec: dict) -> list[str]:
 @dataclass(frozen=True)
 class Prepare:
     # each of these four: a value, or auto = a deterministic function of the data, chosen and
-    # explained by prepare (stages/lib/autoprep.py) and recorded in data/processed/meta.json
+    # explained by prepare (stages/lib/data/autoprep.py) and recorded in data/processed/meta.json
     # (auto image_size and channels are the defaults: the digits sample gets 16 px grey from
     # them, your own data its own size and colour; mean/std [0.5] is every channel's)
     # pixels per side, >= 1 | auto: median shorter side, rounded... | audio: the log-mel front
@@ -244,7 +244,7 @@ class Train:
     label_smoothing: float = knob(0.0, at_least=0.0, below=1.0)
     grad_accum_steps: int = knob(1, at_least=1)  # micro-batches per optimiser step
     grad_clip: float = knob(0.0, at_least=0.0)  # max global gradient norm; 0 = off
-    # decay of an average of the weights (stages/lib/ema.py) that is validated and becomes
+    # decay of an average of the weights (stages/lib/train/ema.py) that is validated and becomes
     # model.pt; 0 = off (the last weights)
     ema: float = knob(0.0, at_least=0.0, below=1.0)
     # precision is never called "off": YAML 1.1 (PyYAML) reads a bare off as false, and
@@ -304,7 +304,7 @@ class Train:
     # count (part of dvc.lock); 0 = its share of the cores (native only)
     threads: int = knob(2, at_least=0)
     # portable: the same bytes on every x86-64 CPU with AVX2 | native: torch's fastest kernels
-    # for this CPU (stages/lib/kernels.py)
+    # for this CPU (stages/lib/train/kernels.py)
     kernels: str = knob("portable", choices=("portable", "native"))
     # which weights become models/model.pt (and so evaluate, export, predict): the last
     # epoch's, or best.pt's (the epoch train.best_metric liked best)
@@ -313,7 +313,7 @@ class Train:
     # read the losses and the non-finite check back from the device every N batches (and
     # before a checkpoint, at the epoch's end): no host sync per step; never changes results
     sync_every: int = knob(50, at_least=1)
-    # batches read, normalised and augmented on the device (stages/lib/devicedata.py): auto =
+    # batches read, normalised and augmented on the device (stages/lib/train/devicedata.py): auto =
     # on a GPU only (on the CPU the per-sample path keeps its bytes) | on | off
     device_batches: str = knob("auto", choices=("auto", "on", "off"))
     # the train split stays on the device when it fits in this share of its free memory;
@@ -382,7 +382,7 @@ class Export:
     score_threshold: float | None = None
 
     def problems(self) -> list[str]:
-        from stages.lib.formats import FORMATS
+        from stages.lib.model.formats import FORMATS
 
         if self.score_threshold is not None and not 0.0 <= self.score_threshold <= 1.0:
             return [f"`export.score_threshold` must be between 0 and 1 (or null: "

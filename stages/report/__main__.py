@@ -39,9 +39,9 @@ def main(params_path, with_experiments, out_path):
                          f"{EXPERIMENTS_OUT} (the default).")
     git = shown = measured = None
     if with_experiments:
-        from stages.lib.changes import dataset_version
+        from stages.lib.data.changes import dataset_version
         from stages.lib.params import load
-        from stages.lib.provenance import LOG_DIR, git_state, registry_state
+        from stages.lib.model.provenance import LOG_DIR, git_state, registry_state
         from stages.report.facts import read_json
 
         # git facts (the commit, its registered versions and stages, the dataset's registered

@@ -153,7 +153,7 @@ def code_hashes(root=CODE_DIR) -> tuple[str, list[tuple[str, str]]]:
     """sha256 of every .py file of the pipeline's code (sorted), and one hash over them all."""
     from stages.lib.io import sha256_file
 
-    from stages.lib.provenance import ROOT
+    from stages.lib.model.provenance import ROOT
 
     base = ROOT / root  # the code of the root, also for a pipeline under pipelines/NAME/
     files = sorted((Path(root) / p.relative_to(base)).as_posix() for p in base.rglob("*.py")
@@ -166,7 +166,7 @@ def code_hashes(root=CODE_DIR) -> tuple[str, list[tuple[str, str]]]:
 def lock_facts(path=LOCK) -> tuple[str, dict[str, str]]:
     """sha256 of requirements.lock and {normalised name: version} of its `name==version` lines
     (the root's, also for a pipeline under pipelines/NAME/)."""
-    from stages.lib.provenance import ROOT
+    from stages.lib.model.provenance import ROOT
 
     data = read_bytes(ROOT / path)
     return hashlib.sha256(data).hexdigest(), lock_versions(data.decode("utf-8"))
@@ -203,7 +203,7 @@ def params_facts(raw: dict, params_path) -> tuple[list[tuple[str, object, object
     import dataclasses
 
     from stages.lib.params import SECTIONS, parse_all, without_placement
-    from stages.lib.provenance import params_hash
+    from stages.lib.model.provenance import params_hash
 
     values = parse_all(raw, params_path)
     rows = []

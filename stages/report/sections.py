@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from stages.lib.params import PARAMS_FILE
-from stages.lib.provenance import model_version
+from stages.lib.model.provenance import model_version
 from stages.report.facts import (CODE_DIR, CURVES, LOCK, MANIFEST, ONNX, QUARANTINE,
                                  VALIDATION_HTML, Facts, normalise)
 from stages.report.summary import SUMMARY

@@ -10,10 +10,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+FAMILIES = ("common",)  # stages/tasks/common/: code several tasks share, no TASK
+
+
 def available() -> list[str]:
     """Names of the task packages, sorted (no import)."""
     return sorted(p.name for p in HERE.iterdir()
-                  if p.is_dir() and p.name.isidentifier() and (p / "__init__.py").is_file())
+                  if p.is_dir() and p.name.isidentifier() and p.name not in FAMILIES
+                  and (p / "__init__.py").is_file())
 
 
 def get(name: str):
@@ -69,19 +73,12 @@ def check_params(task, params: dict, path="params.yaml") -> None:
 
 
 def load_model(path):
-    """(model in eval mode, meta) of a model.pt (stages/lib/models.py save_model), rebuilt by
+    """(model in eval mode, meta) of a model.pt (stages/lib/model/models.py save_model), rebuilt by
     the task it names (classification when it names none: files from before tasks)."""
-    from stages.lib.models import read_model
+    from stages.lib.model.models import read_model
     from stages.lib.params import DEFAULT_TASK
 
     state, meta = read_model(path)
     model = get(meta.get("task", DEFAULT_TASK)).build_model(meta["model"], meta)
     model.load_state_dict(state)
     return model.eval(), meta
-
-
-def code_files(task) -> list[Path]:
-    """The task's source files plus the protocol's: what a change to the task's code touches."""
-    folder = HERE / task.name
-    return [HERE / "base.py", *sorted(p for p in folder.rglob("*.py")
-                                      if "__pycache__" not in p.parts)]

@@ -14,7 +14,7 @@ A hook gets typed params (stages/lib/params.py): its section's (`p`), or every s
 caller: what one hook finds for another is returned and passed back (check_columns' findings
 to reason), not kept on it (configure() alone sets it up, before validate's checks). What a
 model does (a forward that takes the targets, a fixed export batch) its model says, not the
-task: stages/lib/models.py reads it.
+task: stages/lib/model/models.py reads it.
 
 The order of the sections follows the pipeline.
 """
@@ -285,7 +285,7 @@ class Task:
         """Name of the module that maps features to the outputs: fine-tuning re-initialises it
         when its shape differs, and keeps it trainable under train.freeze_backbone and LoRA.
         Default: the last nn.Linear."""
-        from stages.lib.models import head_name
+        from stages.lib.model.models import head_name
 
         return head_name(model)
 
@@ -319,7 +319,7 @@ class Task:
 
     def loss(self, outputs, targets, p):
         """The training loss (a scalar tensor) of one batch: the shared loop calls
-        loss(model(x), targets, p) (stages/lib/models.py forward_loss, which sums the losses
+        loss(model(x), targets, p) (stages/lib/model/models.py forward_loss, which sums the losses
         of a model that takes the targets itself instead)."""
         raise NotImplementedError
 
@@ -356,7 +356,7 @@ class Task:
     def export_metadata(self, params: dict) -> dict:
         """Extra ONNX metadata of the task's (detection: the decoding's score and NMS
         thresholds), JSON-encoded like the rest; params: {section: typed params}. Default:
-        none. (Whether a model exports at a fixed batch its model says: stages/lib/models.py
+        none. (Whether a model exports at a fixed batch its model says: stages/lib/model/models.py
         export_batch.)"""
         return {}
 
@@ -379,7 +379,7 @@ class Task:
 
     def write_prediction(self, row: dict, out) -> dict:
         """predict --out-dir: write the prediction file of one row (its `path` is the input)
-        at out.target(path, name) (out: a stages.lib.outdir.OutDir), only when
+        at out.target(path, name) (out: a stages.lib.data.outdir.OutDir), only when
         out.refuse(...) allows it (otherwise the row becomes an error row), and return the
         row as it should be written. Default: no file."""
         return row
@@ -388,7 +388,7 @@ class Task:
         """The prediction fields of a row whose input failed (its error says why)."""
         return dict.fromkeys(self.prediction_fields)
 
-    # ---- tools.smoke: a small seeded subset of the configured data (stages/lib/subset.py)
+    # ---- tools.smoke: a small seeded subset of the configured data (stages/lib/data/subset.py)
 
     def subset_group(self, values: dict) -> str:
         """The group a file is drawn in for the smoke run, from its annotation values: its
@@ -398,10 +398,10 @@ class Task:
     def subset_annotations(self, source: Path, dest: Path, annotations: Annotations,
                            chosen: set) -> None:
         """Write the annotation files of the chosen images into dest (the subset's source).
-        Default (stages/lib/subset.py): an annotation file named like an image (a.txt beside
+        Default (stages/lib/data/subset.py): an annotation file named like an image (a.txt beside
         or mirroring a.jpg) goes with that image; any other (labels.csv, classes.txt) is
         copied whole. Override when a shared file must be cut down to the chosen images."""
-        from stages.lib.subset import copy_annotations
+        from stages.lib.data.subset import copy_annotations
 
         copy_annotations(source, dest, annotations, chosen)
 
@@ -437,13 +437,13 @@ class CtcText:
     def agree(self, reference, candidate):
         import numpy as np
 
-        from stages.lib.ctc import collapse
+        from stages.tasks.common.ctc import collapse
 
         return np.array([collapse(a) == collapse(b) for a, b in
                          zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
 
     def describe(self, outputs_row):
-        from stages.lib.ctc import collapse
+        from stages.tasks.common.ctc import collapse
 
         return f"decoded classes {collapse(outputs_row.argmax(-1))}"
 
@@ -456,8 +456,8 @@ class CtcText:
 
     def decode(self, outputs, meta, k):
         """Greedy (the decoder evaluate and export use), or a prefix beam search of width
-        meta["beam"] when predict/serve got --beam (stages/lib/ctc.py: beam)."""
-        from stages.lib.ctc import beam
+        meta["beam"] when predict/serve got --beam (stages/tasks/common/ctc.py: beam)."""
+        from stages.tasks.common.ctc import beam
 
         width = meta.get("beam") or 1
         return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]

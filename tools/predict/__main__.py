@@ -139,10 +139,10 @@ def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, 
 
 
 def outdir(out_dir, sources):
-    """--out-dir as a stages.lib.outdir.OutDir that refuses the input folders, or None."""
+    """--out-dir as a stages.lib.data.outdir.OutDir that refuses the input folders, or None."""
     if out_dir is None:
         return None
-    from stages.lib.outdir import OutDir
+    from stages.lib.data.outdir import OutDir
 
     try:
         return OutDir(out_dir, input_folders(sources))
@@ -159,7 +159,7 @@ def default_out(sources) -> Path:
 
 def connect(ray_address: str):
     """The ray module, connected to the cluster at --ray (disconnected at exit)."""
-    from stages.lib import raycluster
+    from stages.lib.data import raycluster
     from tools.predict.ray import connect
 
     ray = connect(ray_address)

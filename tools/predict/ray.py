@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the project: tools/predict/ray.py
 def check_reachable(address: str) -> None:
     """Fail in seconds, naming the fix, when ADDRESS is no Ray address or nothing listens
     there (Ray itself retries for a long time before giving up)."""
-    from stages.lib import raycluster
+    from stages.lib.data import raycluster
 
     if raycluster.host_port(address) is None:
         raise StageError(f"--ray {address}: not a Ray address; give HOST:PORT as `ray start "
@@ -43,11 +43,12 @@ def check_reachable(address: str) -> None:
 
 
 def connect(address: str):
-    """The ray module, connected (stages.lib.raycluster) to a local cluster (address "local")
+    """The ray module, connected (stages.lib.data.raycluster) to a local cluster (address "local")
     or to the cluster at address. Workers import this project's code as Ray lets them: a
     local cluster's inherit this process's environment; Ray adds the driver's working
     directory (the project root, where predict runs) to every worker's import path."""
-    from stages.lib import hooks, raycluster
+    from stages.lib import hooks
+    from stages.lib.data import raycluster
 
     if address not in raycluster.LOCAL:
         check_reachable(address)

@@ -21,7 +21,7 @@ REGISTRY_FIELDS = ("artifact", "artifact_version", "stage", "commit", "data_vers
 def output_fields(model) -> list[str]:
     """The columns of the output: path, the task's prediction fields, error, model
     (classification: path, label, score, topk, error, model). `model` is the model version
-    (stages.lib.provenance.model_version: the ONNX metadata's model_version). A registered
+    (stages.lib.model.provenance.model_version: the ONNX metadata's model_version). A registered
     model's rows (--model NAME#prod) also name its artifact, version, stage, commit and data
     version (REGISTRY_FIELDS, tools.registry.models.fields)."""
     registry = list(REGISTRY_FIELDS) if getattr(model, "registry", None) else []

@@ -1,5 +1,6 @@
 """The image modality's default augmentation of one model input, and the crop every task's
-augmentation shares (stages/lib/augment.py seeds it: a pure function of seed, epoch and index).
+augmentation shares (stages/lib/train/augment.py seeds it: a pure function of seed, epoch and
+index).
 
 torch (and torchvision, only when rotation is on) are imported inside the functions.
 """

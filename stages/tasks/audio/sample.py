@@ -1,5 +1,5 @@
 """The built-in sample: 20 spoken command words (Speech Commands' core words), synthesized with
-libespeak-ng (stages/lib/speech_synth.py), byte for byte the same on every machine.
+libespeak-ng (stages/tasks/common/speech_synth.py), byte for byte the same on every machine.
 
 Each clip is `<word>/<variant>_nohash_<k>.wav`: one of VARIANTS (espeak-ng's voice variants:
 formants, breathiness, pitch range), k-th rendition. A rendition's rate, pitch, gain, noise
@@ -50,7 +50,7 @@ def clips(per_class: int = 0, workers: int = 2):
     """Yield (relative path, WAV bytes) in a fixed order: every word, its renditions (k), its
     variants. per_class > 0 keeps the first N clips of each word (N variants of the first
     rendition first)."""
-    from stages.lib import speech_synth
+    from stages.tasks.common import speech_synth
 
     plan = []
     for word in WORDS:

@@ -1,7 +1,7 @@
 """Detection augmentation: the boxes move with the pixels.
 
 Eight uniform numbers per sample from a generator seeded by (seed, epoch, index), always drawn
-in the same order (like stages/lib/augment.py): a random crop (area fraction in
+in the same order (like stages/lib/train/augment.py): a random crop (area fraction in
 [train.aug_crop_scale, 1], aspect 3/4..4/3) resized back to the full size, with the boxes
 shifted, scaled, clipped to the crop and dropped when under 2 px or under 40% of their area
 is left; a horizontal flip (train.aug_hflip) mirroring the boxes; brightness/contrast jitter

@@ -2,21 +2,21 @@
 
 Built with `weights=None, weights_backbone=None`: nothing is downloaded; bring weights with
 train.init_from (a torchvision state dict loads under the wrapper's `detector.` prefix,
-stages/lib/models.py align_names). The wrapper makes them look like our own detector:
+stages/lib/model/models.py align_names). The wrapper makes them look like our own detector:
 
 - input: the pipeline's normalised N x 3 x S x S batch. torchvision's own transform is set to
   neither normalise again (mean 0, std 1) nor resize (its size is S: prepare.image_size);
 - train mode: `forward(x, targets)` with our N x M x 5 [class, x1, y1, x2, y2] targets (class
   -1: padding) returns torchvision's dict of losses; the shared loop's forward_loss
-  (stages/lib/models.py) sees `takes_targets` and sums it, so the loop (DDP, AMP,
+  (stages/lib/model/models.py) sees `takes_targets` and sums it, so the loop (DDP, AMP,
   accumulation, resume) runs them unchanged;
 - eval mode: N x TOP_K x 6 [x1, y1, x2, y2, score, class] rows, best first, padded with
   score -1 rows: what evaluate, export, predict, serve and the parity gate consume.
 
 Export: torchvision's detectors trace (`dynamo=False`, opset 17) at a fixed batch size of 1 (the
 images of a batch are a Python list in their forward: `export_batch`, read by
-stages/lib/models.py); the ONNX runners feed such a graph one image at a time
-(stages/lib/formats.py onnx_runner, tools/inference.py).
+stages/lib/model/models.py); the ONNX runners feed such a graph one image at a time
+(stages/lib/model/formats.py onnx_runner, tools/inference.py).
 
 Fine-tuning: the head is the class/box predictor (`head_module`), LoRA adapts the backbone
 (`lora_patterns`); Detection.head and lora_targets read them off the model.
@@ -63,8 +63,9 @@ def build(name: str, num_classes: int, image_size: int):
 
 
 class TorchvisionDetector(nn.Module):
-    takes_targets = True  # stages/lib/models.py forward_loss: model(x, targets), losses summed
-    export_batch = 1  # traced at batch 1 (stages/lib/models.py export_batch)
+    # stages/lib/model/models.py forward_loss: model(x, targets), losses summed
+    takes_targets = True
+    export_batch = 1  # traced at batch 1 (stages/lib/model/models.py export_batch)
     lora_patterns = ("detector.backbone*",)  # what train.lora_targets: [] adapts
 
     def __init__(self, name: str, num_classes: int, image_size: int, top_k: int = TOP_K):

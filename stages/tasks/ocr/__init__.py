@@ -140,7 +140,7 @@ class OCR(CtcText, Task):
 
     def encoder(self, meta):
         from stages.lib.io import StageError
-        from stages.lib.ctc import encode
+        from stages.tasks.common.ctc import encode
 
         index = {c: i + 1 for i, c in enumerate(meta["charset"])}
         if len(index) != len(meta["charset"]):
@@ -176,18 +176,18 @@ class OCR(CtcText, Task):
         gradients inf. zero_infinity zeroes that line's loss and gradient instead, which hides
         it: validate's too_long check is what guarantees no such line reaches training. NaN
         (a poisoned input) is not hidden: the loss stays NaN and train stops loudly."""
-        from stages.lib.ctc import ctc_loss
+        from stages.tasks.common.ctc import ctc_loss
 
         return ctc_loss(outputs, targets, "mean")
 
     def val_sums(self, outputs, targets):
-        from stages.lib.ctc import ctc_loss, val_cer_sum
+        from stages.tasks.common.ctc import ctc_loss, val_cer_sum
 
         outputs = outputs.float()
         return ctc_loss(outputs, targets, "sum").item(), val_cer_sum(outputs, targets)
 
     def evaluate(self, outputs, targets, paths, images, meta, p):
-        from stages.lib.ctc import scores
+        from stages.tasks.common.ctc import scores
         from stages.tasks.ocr.groups import group_metrics, summary
         from stages.tasks.ocr.metrics import evaluate
 

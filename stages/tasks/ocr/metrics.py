@@ -1,4 +1,4 @@
-"""OCR evaluation on the fixed test split: CER and WER (jiwer, stages/lib/ctc.py), word and
+"""OCR evaluation on the fixed test split: CER and WER (jiwer, stages/tasks/common/ctc.py), word and
 line accuracy, accuracy per character class, character confusions, the CER distribution and
 the worst lines.
 
@@ -8,7 +8,7 @@ characters the training split never had: those count as errors here).
 from collections import Counter
 from pathlib import Path
 
-from stages.lib.ctc import cer_by_length, greedy, scores
+from stages.tasks.common.ctc import cer_by_length, greedy, scores
 from stages.lib.io import csv_bytes, json_bytes, read_csv
 
 TEST_SPLIT = Path("data/split/test.csv")
@@ -45,7 +45,7 @@ def char_errors(truth: str, pred: str):
 
 
 def evaluate(outputs, paths, images, meta, p):
-    from stages.lib.ctc import distance
+    from stages.tasks.common.ctc import distance
     from stages.tasks.ocr.render import bad_cases_png
 
     truth_of = {r["path"]: r["text"] for r in read_csv(TEST_SPLIT)}

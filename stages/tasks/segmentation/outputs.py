@@ -5,7 +5,7 @@ row by row as runs: {"size": [h, w], "values": [...], "lengths": [...]}) and `ma
 mask as a single-channel PNG of class indices, base64). predict also writes the PNG, resized to
 the input's own size by nearest neighbour, with --out-dir: under the input's relative path,
 marked with the input it was written for, and never into an input folder or over a file that
-is not such a mask of the same input (stages/lib/outdir.py).
+is not such a mask of the same input (stages/lib/data/outdir.py).
 """
 import base64
 import io
@@ -70,7 +70,7 @@ def written_for(target) -> str | None:
 
 def write_prediction(row: dict, out, empty: dict) -> dict:
     """Write the row's mask as a PNG at the input image's own size (nearest neighbour from the
-    model's resolution) under out (a stages.lib.outdir.OutDir), at the input's relative path;
+    model's resolution) under out (a stages.lib.data.outdir.OutDir), at the input's relative path;
     the row's mask_png becomes the file's path. A mask that may not be written there (inside
     an input folder, over the input or over a file predict did not write for this input)
     makes the row an error row (kind mask_refused) and nothing is written."""

@@ -6,8 +6,8 @@ IGNORE = 255
 
 
 def augment(x, y, p, seed: int):
-    """The shared train.aug_* augmentations (stages/lib/augment.py, the same eight draws) applied
-    to the normalised CxHxW image and, geometrically, to its HxW mask: the crop and rotation
+    """The shared train.aug_* augmentations (stages/lib/train/augment.py, the same eight draws)
+    applied to the normalised CxHxW image and, geometrically, to its HxW mask: the crop and rotation
     resample the mask by nearest neighbour (rotation fills it with the ignore value), the flip
     flips both, the jitter touches the image only."""
 

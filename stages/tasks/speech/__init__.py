@@ -2,7 +2,7 @@
 *.trans.txt, Common Voice's TSVs), read as log-mel spectrograms by the audio modality
 (stages/lib/modality/audio.py), a small CNN + BiGRU trained with CTC, CER and WER on the fixed
 test split (greedy and beam), text out. The CTC decoding, loss and text metrics are the ones
-OCR uses (stages/lib/ctc.py)."""
+OCR uses (stages/tasks/common/ctc.py)."""
 from stages.lib.modality.audiogate import RATE_CHECK
 from stages.tasks.base import CtcText, Task
 from stages.tasks.speech import annotations, checks
@@ -163,7 +163,7 @@ class Speech(CtcText, Task):
                 "max_len": max(len(r["text"]) for rows in splits.values() for r in rows)}
 
     def encoder(self, meta):
-        from stages.lib.ctc import encode
+        from stages.tasks.common.ctc import encode
 
         index = {c: i + 1 for i, c in enumerate(meta["charset"])}
         return lambda row, pixels: encode(row["text"], index, meta["max_len"])
@@ -181,14 +181,14 @@ class Speech(CtcText, Task):
         return ["features.*", "proj.*"]  # the convolutions (the GRU is never adapted)
 
     def loss(self, outputs, targets, p):
-        """CTC (stages/lib/ctc.py), zero_infinity=True: validate's too_long check is what
+        """CTC (stages/tasks/common/ctc.py), zero_infinity=True: validate's too_long check is what
         guarantees no clip CTC cannot align reaches training."""
-        from stages.lib.ctc import ctc_loss
+        from stages.tasks.common.ctc import ctc_loss
 
         return ctc_loss(outputs, targets, "mean")
 
     def val_sums(self, outputs, targets):
-        from stages.lib.ctc import ctc_loss, val_cer_sum
+        from stages.tasks.common.ctc import ctc_loss, val_cer_sum
 
         outputs = outputs.float()
         return ctc_loss(outputs, targets, "sum").item(), val_cer_sum(outputs, targets)

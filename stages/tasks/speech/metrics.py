@@ -8,7 +8,7 @@ characters the training split never had: those count as errors here).
 """
 from pathlib import Path
 
-from stages.lib.ctc import beam, cer_by_length, distance, greedy, scores
+from stages.tasks.common.ctc import beam, cer_by_length, distance, greedy, scores
 from stages.lib.io import csv_bytes, read_csv
 
 TEST_SPLIT = Path("data/split/test.csv")
@@ -19,7 +19,7 @@ FIELDS = ["path", "truth", "predicted", "cer", "confidence", "seconds", "speaker
 
 
 def speech_scores(truths: list[str], preds: list[str]) -> dict:
-    """scores() (stages/lib/ctc.py) in a clip's words: clip_accuracy, clips."""
+    """scores() (stages/tasks/common/ctc.py) in a clip's words: clip_accuracy, clips."""
     s = scores(truths, preds)
     s["clip_accuracy"], s["clips"] = s.pop("line_accuracy"), s.pop("lines")
     return s

@@ -1,5 +1,5 @@
 """The built-in speech sample: spoken digit strings ("four one nine", 2 to 6 digits), synthesized
-by espeak-ng (stages/lib/speech_synth.py: the espeakng-loader wheel's library and voice
+by espeak-ng (stages/tasks/common/speech_synth.py: the espeakng-loader wheel's library and voice
 variants, a fresh process per clip), varied by voice variant, rate, pitch and gain, with seeded
 noise and, for half the clips, a simple room echo; 16 kHz mono 16-bit WAV.
 
@@ -68,7 +68,7 @@ def clips(n: int = CLIPS, workers: int = 0):
     """Yield (relative path, bytes): n clips (clips/NNNNN.wav), then the three lists."""
     import os
 
-    from stages.lib import speech_synth
+    from stages.tasks.common import speech_synth
 
     voices = voices_by_split(speech_synth.variants())
     plans = [plan(i, voices) for i in range(n)]

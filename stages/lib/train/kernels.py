@@ -134,9 +134,9 @@ def use(profile: str, threads: int, echo=None) -> dict:
             raise StageError(
                 "kernels: torch was imported before the portable kernel profile was set "
                 f"({', '.join(f'{k}={v}' for k, v in sorted(wrong.items()))}); call "
-                "stages.lib.kernels.use() before the first `import torch`.")
+                "stages.lib.train.kernels.use() before the first `import torch`.")
     set_environment(applied)
-    from stages.lib.cores import concurrent_jobs
+    from stages.lib.train.cores import concurrent_jobs
 
     if threads and concurrent_jobs() > 1:  # fixed threads on a shared machine: OpenMP's
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # spinning would steal the others' cores

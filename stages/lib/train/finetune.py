@@ -1,7 +1,7 @@
 """Fine-tuning: what starts from where, what trains, at which rate; LoRA adapters.
 
 setup_model() turns a freshly built (seeded) model into the one train runs: weights from
-train.init_from (stages/lib/models.py init_from, with its report by name), frozen parameters
+train.init_from (stages/lib/model/models.py init_from, with its report by name), frozen parameters
 (train.freeze patterns, train.freeze_backbone), LoRA adapters (train.adapter: lora, with peft).
 param_groups() gives the optimiser its groups (train.lr_backbone). The head is the task's
 (Task.head); everything here is task-agnostic.
@@ -51,7 +51,7 @@ def setup_model(model, p, head: str, default_targets=()) -> tuple:
     task's LoRA target patterns (Task.lora_targets) used when train.lora_targets is []."""
     import re
 
-    from stages.lib.models import describe_init, init_from, no_weights
+    from stages.lib.model.models import describe_init, init_from, no_weights
 
     facts, eval_modules = {}, []
     if not no_weights(p.init_from):
@@ -113,7 +113,7 @@ def plain_name(name: str) -> str:
 def finetuning(p) -> bool:
     """Whether any fine-tuning knob is set: then metrics/train.json records its facts (the
     default run's file keeps its bytes)."""
-    from stages.lib.models import no_weights
+    from stages.lib.model.models import no_weights
 
     return (not no_weights(p.init_from) or bool(p.freeze) or p.freeze_backbone
             or p.lr_backbone > 0 or p.adapter != "none")

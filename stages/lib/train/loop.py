@@ -2,15 +2,15 @@
 
 A `Run` holds one training's live objects (model, optimiser, schedule, GradScaler, EMA, the
 task) and its position, `state`: {epoch, batch, step, loss_sum, seen, history, best}, the plain
-dict a checkpoint saves (stages/lib/checkpoint.py). `fit` trains from that position to
+dict a checkpoint saves (stages/lib/train/checkpoint.py). `fit` trains from that position to
 train.epochs. The task (stages/tasks/) gives the model, the loss (run through
 models.forward_loss) and the validation sums (`val_sums`); everything else here is the
 same for every task.
 
-Randomness is a pure function of (seed, epoch, sample index) (stages/lib/augment.py), so a
+Randomness is a pure function of (seed, epoch, sample index) (stages/lib/train/augment.py), so a
 resumed run ends with the same bytes as one that never stopped. The first non-finite loss or
 gradient raises NonFinite before the step. Under DDP every rank runs the same steps and stops
-together (stages/lib/distributed.py reduce).
+together (stages/lib/train/distributed.py reduce).
 
 torch is imported inside the functions: a stage's --help never loads it.
 """
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from stages.lib import ema
+from stages.lib.train import ema
 from stages.lib.io import StageError
 
 
@@ -31,20 +31,20 @@ class Run:
     """One training's live objects and its position (`state`, what a checkpoint saves).
 
     widths: with prepare.width_buckets, the (train, val) numpy bucket width of each sample;
-    trained_on: what the weights are computed with (stages/lib/distributed.py trained_on)."""
+    trained_on: what the weights are computed with (stages/lib/train/distributed.py trained_on)."""
     p: Any  # the train params (stages/lib/params.py Train)
     task: Any  # the task (stages/tasks/base.py Task)
     model: Any  # the model; wrapped in DistributedDataParallel under torchrun
     opt: Any
     sched: Any
     scaler: Any  # torch.amp.GradScaler, enabled with train.precision fp16
-    ema: Any  # stages/lib/ema.py EMA, or None without train.ema
-    facts: dict  # what fine-tuning trained and loaded (stages/lib/finetune.py setup_model)
+    ema: Any  # stages/lib/train/ema.py EMA, or None without train.ema
+    facts: dict  # what fine-tuning trained and loaded (stages/lib/train/finetune.py setup_model)
     eval_modules: Any  # modules kept in eval mode while training (frozen BatchNorm)
     state: dict
     widths: tuple | None = None
     trained_on: dict | None = None
-    source: Any = None  # stages/lib/devicedata.py Source: batches built on the device
+    source: Any = None  # stages/lib/train/devicedata.py Source: batches built on the device
 
 
 def lr_factor(p, epoch: int) -> float:
@@ -63,7 +63,8 @@ def make_optimizer(p, model):
         if isinstance(model, torch.nn.Module) else model
     if p.optimizer == "adamw":
         # fused: ATen's own vectorised step. The unfused step takes torch.sqrt, which on CPU
-        # runs MKL's VML and gives other last bits on Intel than on AMD (stages/lib/kernels.py)
+        # runs MKL's VML and gives other last bits on Intel than on AMD
+        # (stages/lib/train/kernels.py)
         return torch.optim.AdamW(params, lr=p.lr, weight_decay=p.weight_decay, fused=True)
     if p.optimizer == "sgd":
         return torch.optim.SGD(params, lr=p.lr, momentum=0.9, weight_decay=p.weight_decay,
@@ -98,11 +99,11 @@ def evaluate_loss(model, x, y, task, batch_size=512, device="cpu", widths=None):
 
 def setup(p, meta, task, device="cpu") -> Run:
     """Fresh training state: seeded model (optionally from train.init_from, with frozen parts
-    or LoRA adapters: stages/lib/finetune.py), optimizer, per-epoch LR schedule, GradScaler and
-    the position {epoch, batch, step, ...}."""
+    or LoRA adapters: stages/lib/train/finetune.py), optimizer, per-epoch LR schedule, GradScaler
+    and the position {epoch, batch, step, ...}."""
     import torch
 
-    from stages.lib import finetune
+    from stages.lib.train import finetune
 
     torch.manual_seed(p.seed)
     model = task.build_model(p.model, meta)
@@ -122,7 +123,7 @@ def setup(p, meta, task, device="cpu") -> Run:
 def bucket_widths(meta, task) -> tuple:
     """(train, val) numpy width per sample of lines prepared in width buckets, once the model
     is known to take every bucket's width."""
-    from stages.lib.shards import load_widths
+    from stages.lib.data.shards import load_widths
 
     odd = [w for w in meta["width_buckets"] if not task.dynamic_width
            or w % task.dynamic_width]
@@ -146,21 +147,21 @@ def fit(p, run: Run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank
     """Train from run.state's position to train.epochs.
 
     data = (x_train, y_train, x_val, y_val): tensors, or the indexable views of
-    stages/lib/shards.py (torch=True), which read and normalise a batch when it is drawn;
+    stages/lib/data/shards.py (torch=True), which read and normalise a batch when it is drawn;
     run.widths (optional; prepare.width_buckets): (train, val) numpy bucket widths per
-    sample: each batch holds one bucket, cut to its width (stages/lib/augment.py
+    sample: each batch holds one bucket, cut to its width (stages/lib/train/augment.py
     bucket_batches), and validation runs each bucket at its width;
     on_epoch(record, perf) after each epoch;
     on_checkpoint(kind) where kind is "step" (every train.checkpoint_every_steps steps) or
     "epoch"; on_step(step, loss, lr) after each optimiser step. Raises NonFinite on the first
     non-finite loss or gradient (before the step).
     """
-    from stages.lib.distributed import peak_memory_bytes
+    from stages.lib.train.distributed import peak_memory_bytes
 
     x_train, y_train, x_val, y_val = data
     trainable = [q for q in run.model.parameters() if q.requires_grad]
     if run.source is None and run.state["epoch"] < p.epochs:
-        from stages.lib.devicedata import Source, use_device_batches
+        from stages.lib.train.devicedata import Source, use_device_batches
 
         if use_device_batches(p, device):  # train.device_batches
             run.source = Source(x_train, y_train, device, p.device_data_share,
@@ -184,11 +185,11 @@ def fit(p, run: Run, data, on_epoch=None, on_checkpoint=None, device="cpu", rank
 
 
 def epoch_batches(p, run: Run, x_train, y_train, epoch: int, rank: int, world: int):
-    """This rank's batches of the epoch (stages/lib/augment.py EpochBatches): the epoch's seeded
-    order, padded and split over the ranks; with width buckets, one bucket per batch."""
+    """This rank's batches of the epoch (stages/lib/train/augment.py EpochBatches): the epoch's
+    seeded order, padded and split over the ranks; with width buckets, one bucket per batch."""
     import torch
 
-    from stages.lib.augment import EpochBatches, bucket_batches, epoch_order
+    from stages.lib.train.augment import EpochBatches, bucket_batches, epoch_order
 
     per_rank = p.batch_size // world
     if run.widths is not None:  # prepare.width_buckets: one bucket per batch
@@ -217,7 +218,7 @@ def train_epoch(p, run: Run, ds, trainable, device, world, on_step, on_checkpoin
     from tqdm import tqdm
 
     from stages.lib import hooks
-    from stages.lib.augment import batches
+    from stages.lib.train.augment import batches
 
     st, epoch = run.state, run.state["epoch"]
     run.model.train()
@@ -311,7 +312,7 @@ class Pending:
     def any_bad(self) -> bool:
         """Whether `bad` is set on any rank (a host sync; one all_reduce under DDP, so every
         rank flushes, and stops, together)."""
-        from stages.lib.distributed import reduce
+        from stages.lib.train.distributed import reduce
 
         flag = float(self.bad) if self.host else float(self.bad.item())
         return bool(reduce([flag], self.world, self.device, "max")[0])
@@ -321,7 +322,7 @@ class Pending:
             return
         import torch
 
-        from stages.lib.distributed import reduce
+        from stages.lib.train.distributed import reduce
 
         items, self.items = self.items, []
         values = [loss.detach().double().reshape(1) for loss, *_ in items]
@@ -358,7 +359,7 @@ def batch_backward(p, run: Run, xb, yb, device):
     here: no host sync per step)."""
     import torch
 
-    from stages.lib.models import forward_loss
+    from stages.lib.model.models import forward_loss
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(p.precision)
     xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
@@ -433,7 +434,7 @@ def end_epoch(p, run: Run, x_val, y_val, device, world) -> tuple[dict, bool]:
     (the epoch's history record, whether it is the best so far)"""
     import torch
 
-    from stages.lib.distributed import reduce
+    from stages.lib.train.distributed import reduce
 
     st, task = run.state, run.task
     epoch = st["epoch"]
@@ -460,12 +461,12 @@ def end_epoch(p, run: Run, x_val, y_val, device, world) -> tuple[dict, bool]:
 
 def first_step_check(p, run: Run, data, device, rank, world) -> str:
     """On CUDA with train.deterministic: one train batch (forward, loss, backward) and one
-    validation batch run before any step, their effects undone (stages/lib/determinism.py),
+    validation batch run before any step, their effects undone (stages/lib/train/determinism.py),
     so an op without a deterministic CUDA kernel stops the stage with one line that names it
     and the fix. "" when every op has one, and on the CPU (every CPU op is deterministic)."""
     import torch
 
-    from stages.lib.determinism import preflight
+    from stages.lib.train.determinism import preflight
 
     if device == "cpu" or not p.deterministic or run.state["epoch"] >= p.epochs:
         return ""

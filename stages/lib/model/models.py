@@ -48,7 +48,7 @@ def read_model(path):
 def predict_outputs(model, x, batch_size: int = 256):
     """model's output as float32 numpy (a task's logits, boxes, masks or CTC frames) on a
     normalised numpy batch, batch_size samples at a time, in eval mode, no grad: a PyTorch
-    model or a TorchScript module (stages.lib.formats.torchscript_module)."""
+    model or a TorchScript module (stages.lib.model.formats.torchscript_module)."""
     import numpy as np
     import torch
 

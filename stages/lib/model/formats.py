@@ -90,7 +90,7 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
     import torch
 
     from stages.lib.io import StageError, scratch_dir
-    from stages.lib.onnx_clean import strip_source_paths
+    from stages.lib.model.onnx_clean import strip_source_paths
 
     example = torch.zeros(2, *task.modality.input_spec(meta))
     axes = {0: torch.export.Dim("batch")}
@@ -131,7 +131,7 @@ def torchscript_bytes(model, meta, task) -> bytes:
 
     import torch
 
-    from stages.lib.onnx_clean import strip_torchscript_debug
+    from stages.lib.model.onnx_clean import strip_torchscript_debug
 
     example = torch.zeros(2, *task.modality.input_spec(meta))
     buf = io.BytesIO()
@@ -337,7 +337,7 @@ def onnx_runner(model, threads: int = 0):
 
 def torchscript_module(blob: bytes):
     """The TorchScript module of torchscript_bytes, on CPU (run it with
-    stages.lib.models.predict_outputs)."""
+    stages.lib.model.models.predict_outputs)."""
     import io
 
     import torch

@@ -13,7 +13,7 @@ import os
 
 import click
 
-from stages.lib.determinism import set_deterministic
+from stages.lib.train.determinism import set_deterministic
 from stages.lib.io import StageError
 
 
@@ -38,11 +38,11 @@ def pick_device(p) -> str:
 
 
 def set_threads(p) -> dict:
-    """This process's share of the cores (stages/lib/cores.py): intra- and inter-op threads
+    """This process's share of the cores (stages/lib/train/cores.py): intra- and inter-op threads
     and DataLoader workers; what was chosen, for the run record."""
     import torch
 
-    from stages.lib.cores import share
+    from stages.lib.train.cores import share
 
     threads, jobs = share(p.threads, torch.get_num_threads())
     torch.set_num_threads(threads)

@@ -23,7 +23,8 @@ class EMA:
     training holds it (DDP-wrapped or not)."""
 
     def __init__(self, model, decay: float, keys):
-        """keys: the state_dict entries to average (stages/lib/finetune.py checkpoint_state's)."""
+        """keys: the state_dict entries to average (stages/lib/train/finetune.py
+        checkpoint_state's)."""
         import torch
 
         self.decay = float(decay)
@@ -86,13 +87,13 @@ def build(model, p):
     """The EMA that train.ema asks for (None when it is 0) over model (DDP unwrapped)."""
     if not p.ema:
         return None
-    from stages.lib.finetune import checkpoint_state
+    from stages.lib.train.finetune import checkpoint_state
 
     return EMA(model, p.ema, checkpoint_state(bare(model), p).keys())
 
 
 def applied(run):
-    """run's (stages/lib/loop.py Run) EMA applied to its model for the block, or nothing when
+    """run's (stages/lib/train/loop.py Run) EMA applied to its model for the block, or nothing when
     there is none."""
     if run.ema is None:
         return contextlib.nullcontext()

@@ -18,16 +18,9 @@ from stages.lib.io import sha256_file, write_json
 
 LOG_DIR = Path("logs")
 MANIFEST = Path("data/manifest.csv")
-ROOT = Path(__file__).resolve().parents[2]  # the code's folder: the project root, also when a
+ROOT = Path(__file__).resolve().parents[3]  # the code's folder: the project root, also when a
 # pipeline of pipelines/NAME/ runs with its own folder as the working directory
 LOCK_FILE = ROOT / "requirements.lock"
-# The code that decides the exported bytes: all of it is a dep of the export stage in dvc.yaml,
-# so the hash in the metadata is the hash `dvc repro` would reproduce.
-EXPORT_CODE = ("stages/export.py", "stages/lib/formats.py", "stages/lib/hooks.py",
-               "stages/lib/kernels.py", "stages/lib/modality/__init__.py",
-               "stages/lib/modality/image.py", "stages/lib/modality/imagecore.py",
-               "stages/lib/models.py", "stages/lib/onnx_clean.py", "stages/lib/parity.py",
-               "stages/lib/provenance.py")
 # The params that shaped the model (data, split, preprocessing, training) and its export.
 PROVENANCE_PARAMS = ("data", "split", "prepare", "train", "export")
 # The knobs of the other formats never change model.onnx: they stay out of its params hash, so
@@ -122,16 +115,13 @@ def write_run_record(stage: str, record: dict) -> Path:
     return path
 
 
-def export_provenance(params_path, task_code, model) -> dict:
+def export_provenance(params_path, task: str, model) -> dict:
     """Deterministic hashes of the code, data manifest, params and weights (the file `model`)
-    behind an export. task_code: the task's source files (stages.tasks.code_files), which this
-    floor cannot name."""
+    behind an export. The code: every project file the export stage reaches for the task, read
+    from its imports (stages.lib.codedeps), the files dvc.yaml's export deps cover."""
+    from stages.lib.codedeps import code_hash
     from stages.lib.params import load, task_name, without_placement
 
-    code = hashlib.sha256()
-    task_files = [Path(f).relative_to(ROOT).as_posix() for f in task_code]
-    for path in sorted([*EXPORT_CODE, *task_files]):
-        code.update(f"{path}\0{sha256_file(ROOT / path, missing='')}\n".encode())
     # prepare's placement keys (workers, engine, ray_address) are not part of the result
     sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
                 for s in PROVENANCE_PARAMS}
@@ -148,7 +138,7 @@ def export_provenance(params_path, task_code, model) -> dict:
     params = {s: params_hash(values) for s, values in sections.items()}
     params["task"] = params_hash({"task": task_name(params_path)})
     weights = sha256_file(model, missing="")
-    return {"code_sha256": code.hexdigest(),
+    return {"code_sha256": code_hash("export", task, ROOT),
             "manifest_sha256": sha256_file(MANIFEST, missing=""),
             "params_sha256": params_hash(params), "model_sha256": weights,
             "model_version": model_version(weights)}

@@ -36,30 +36,17 @@ RESULT_NEUTRAL = ("num_workers", "checkpoint_every_steps", "rdzv_endpoint", "syn
 NOT_RESUME_PARAMS = ("keep", "device")
 
 
-def code_files() -> list[Path]:
-    """The source files whose change invalidates a checkpoint."""
-    here = Path(__file__).resolve().parent
-    return [here.parent / "train.py", here / "models.py", here / "augment.py",
-            here / "checkpoint.py", here / "devicedata.py",
-            *sorted((here / "modality").glob("*.py")), here / "finetune.py", here / "loop.py",
-            here / "distributed.py", here / "trainlog.py"]
-
-
-def fingerprint(params: dict, data_files, code=None) -> dict:
-    """{"params", "data", "code", "torch"}: plain values, comparable across runs."""
-    import hashlib
-
+def fingerprint(params: dict, data_files, code: str) -> dict:
+    """{"params", "data", "code", "torch"}: plain values, comparable across runs. code: a hash
+    of the training code (stages.lib.codedeps.code_hash of the train stage and its task)."""
     import torch
 
     from stages.lib.io import sha256_file
 
-    code_hash = hashlib.sha256()
-    for path in code if code is not None else code_files():
-        code_hash.update(Path(path).read_bytes())
     return {
         "params": {k: v for k, v in sorted(params.items()) if k not in RESULT_NEUTRAL},
         "data": {str(f): sha256_file(f) for f in sorted(map(Path, data_files))},
-        "code": code_hash.hexdigest(),
+        "code": code,
         "torch": str(torch.__version__),
     }
 
@@ -128,11 +115,12 @@ def resume_params(p) -> dict:
             if k not in NOT_RESUME_PARAMS}
 
 
-def run_fingerprint(p, task, cores, task_code) -> dict:
+def run_fingerprint(p, task, cores) -> dict:
     """What a checkpoint must match to be resumed: the params that change training, the data
-    (data/processed/, the train split, train.init_from's file) and the code (code_files() and
-    task_code, the task's files: stages/tasks code_files)."""
-    from stages.lib.models import no_weights
+    (data/processed/, the train split, train.init_from's file) and the code: every project file
+    the train stage reaches for the task, read from its imports (stages.lib.codedeps)."""
+    from stages.lib.codedeps import code_hash
+    from stages.lib.model.models import no_weights
 
     # the thread count orders CPU float sums: the effective one, not train.threads' 0 (auto)
     params = {**resume_params(p), "task": task.name, "threads": cores["threads"]}
@@ -142,15 +130,15 @@ def run_fingerprint(p, task, cores, task_code) -> dict:
     data_files.append(TRAIN_SPLIT)
     if not no_weights(p.init_from):
         data_files.append(Path(p.init_from))
-    return fingerprint(params, data_files, code_files() + task_code)
+    return fingerprint(params, data_files, code_hash("train", task.name))
 
 
 def checkpoint(run, p, fingerprint) -> dict:
-    """Everything needed to continue exactly where run (stages/lib/loop.py Run) is now."""
+    """Everything needed to continue exactly where run (stages/lib/train/loop.py Run) is now."""
 
     import torch
 
-    from stages.lib.finetune import checkpoint_state
+    from stages.lib.train.finetune import checkpoint_state
 
     model = getattr(run.model, "module", run.model)  # unwrap DDP
     rng = {"torch": torch.get_rng_state()}
@@ -164,10 +152,10 @@ def checkpoint(run, p, fingerprint) -> dict:
 
 
 def restore(run, ckpt) -> None:
-    """run (stages/lib/loop.py Run) put back where checkpoint ckpt was taken."""
+    """run (stages/lib/train/loop.py Run) put back where checkpoint ckpt was taken."""
     import torch
 
-    from stages.lib.finetune import restore_state
+    from stages.lib.train.finetune import restore_state
 
     restore_state(getattr(run.model, "module", run.model), ckpt["model"], run.p)
     run.opt.load_state_dict(ckpt["optimizer"])
@@ -227,7 +215,7 @@ def resume(run, fingerprint, rank, world) -> str:
 def checkpointer(run, p, fingerprint, rank, world):
     """fit's on_checkpoint: every rank's running loss of the epoch gathered (a resume restores
     its own), then rank 0 writes last.pt, and best.pt too on a new best epoch."""
-    from stages.lib.distributed import gather
+    from stages.lib.train.distributed import gather
 
     def on_checkpoint(kind):
         # each rank's running loss of the epoch (None with one process): a resume restores its own

@@ -1,6 +1,6 @@
 """Batches built on the device (train.device_batches; on by default on a GPU, off on the CPU).
 
-The CPU path (stages/lib/augment.py EpochBatches) reads each batch from the memory-mapped
+The CPU path (stages/lib/train/augment.py EpochBatches) reads each batch from the memory-mapped
 shards, normalises and augments it sample by sample on the host, and the loop copies it over.
 On a GPU that host work is the whole step. Here instead:
 
@@ -20,7 +20,7 @@ torch is imported inside the functions.
 """
 from collections import deque
 
-from stages.lib.augment import augmenting, sample_seed
+from stages.lib.train.augment import augmenting, sample_seed
 
 AHEAD = 2  # batches copied ahead of the step (streamed path)
 
@@ -42,7 +42,7 @@ def free_bytes(device) -> int:
 
     if device != "cpu":
         return torch.cuda.mem_get_info(torch.device(device))[0]
-    from stages.lib.distributed import system_memory_bytes
+    from stages.lib.train.distributed import system_memory_bytes
 
     with open("/proc/meminfo") as f:  # MemAvailable, else the total
         for line in f:
@@ -52,14 +52,14 @@ def free_bytes(device) -> int:
 
 
 class Source:
-    """The train split as the device path reads it: `raw` (a stages/lib/shards.py View of the
+    """The train split as the device path reads it: `raw` (a stages/lib/data/shards.py View of the
     stored samples, or an in-memory tensor already normalised), the targets, and how to turn a
     stored batch into model input on the device (`normalize`; None: already model input)."""
 
     def __init__(self, x, y, device, share: float, modality=None):
         import torch
 
-        from stages.lib.shards import IMAGES, View
+        from stages.lib.data.shards import IMAGES, View
 
         self.device, self.normalize, self.mean, self.std = device, None, None, None
         norm = getattr(modality, "normalize_tensor", None) if modality is not None else None

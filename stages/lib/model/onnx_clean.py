@@ -3,7 +3,7 @@
 torch.onnx.export (the dynamo exporter) records, for every node, the Python stack trace that
 produced it in the node's metadata (`pkg.torch.onnx.stack_trace`): `File "/abs/venv/lib/
 python3.11/site-packages/torch/nn/modules/conv.py", line 548, in forward ...`, and frames of the
-project's own code (`/abs/project/stages/lib/models.py`) for modules defined there. Those
+project's own code (`/abs/project/stages/lib/model/models.py`) for modules defined there. Those
 absolute paths made models/model.onnx, a DVC-cached out, differ between two clones of the same
 commit at different paths or with their virtualenv at different paths, so `dvc repro` in a fresh
 clone could not reproduce the model.onnx (and reports/run.html, which hashes it) in dvc.lock.

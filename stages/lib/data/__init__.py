@@ -1,0 +1,1 @@
+"""The data wing: shards, groups, changes, remotes, the Ray cluster, rows, subsets, out folders."""

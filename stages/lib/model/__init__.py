@@ -1,0 +1,1 @@
+"""The model wing: building models, export formats, ONNX cleaning, parity, provenance."""
