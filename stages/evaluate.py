@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, write_folder, write_json
-from stages.lib.params import load, params_option
+from stages.lib.params import params_option
 
 MODEL = Path("models/model.pt")
 METRICS = Path("metrics/eval.json")
@@ -29,13 +29,13 @@ def main(params_path):
     `evaluate.{batch_size,bad_cases,calibration_bins,compare_with}` from the params file;
     with compare_with, that model's metrics on the same test set go beside them.
     """
-    from stages.tasks import current, load_model
+    from stages.tasks import load_model, open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    p = load("evaluate", params_path)
+    task, params, _ = open_stage("evaluate", params_path)  # first: params that do not fit stop
+    p = params["evaluate"]
     from stages.lib.train.kernels import use_trained
 
-    kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
+    kernels = use_trained(params["train"], click.echo)  # before torch loads: the model's kernels
     from stages.lib.model.models import no_weights, predict_bucketed, predict_outputs
     from stages.lib.model.provenance import run_record, write_run_record
     from stages.lib.data.shards import View, images_view, load_test, load_widths

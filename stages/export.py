@@ -29,7 +29,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, write_bytes, write_folder, write_json
-from stages.lib.params import load, load_all, params_option
+from stages.lib.params import params_option
 
 MODEL = Path("models/model.pt")
 ONNX = Path("models/model.onnx")
@@ -110,7 +110,7 @@ def onnx_extra(p, task, meta) -> dict:
     return extra
 
 
-def onnx_parity(p, params_path, task, model, blob, x, paths, widths, threads):
+def onnx_parity(p, params, task, model, blob, x, paths, widths, threads):
     """(PyTorch's outputs, metrics, [gate failures]) of model.onnx against PyTorch at batch 1
     and export.parity_batch, and again at each of `widths` (the lines cut or padded to it)."""
     from stages.lib.model.formats import onnx_runner, outputs
@@ -124,7 +124,7 @@ def onnx_parity(p, params_path, task, model, blob, x, paths, widths, threads):
 
     reference = predict_outputs(model, x, p.parity_batch)
     metrics, error = parity_gate(reference, runs(x), p.atol, p.rtol, paths,
-                                 "ONNX (onnxruntime)", task, params_path)
+                                 "ONNX (onnxruntime)", task, params)
     errors = [error] if error else []
     if widths:  # the same lines cut or padded to each bucket width, PyTorch against ONNX
         metrics["widths"] = {}
@@ -132,13 +132,13 @@ def onnx_parity(p, params_path, task, model, blob, x, paths, widths, threads):
             at = AtWidth(x, width)
             at_metrics, at_error = parity_gate(
                 predict_outputs(model, at, p.parity_batch), runs(at), p.atol, p.rtol, paths,
-                f"ONNX (onnxruntime) at width {width}", task, params_path)
+                f"ONNX (onnxruntime) at width {width}", task, params)
             metrics["widths"][str(width)] = at_metrics
             errors += [at_error] if at_error else []
     return reference, metrics, errors
 
 
-def torchscript_parity(p, params_path, task, exported, meta, reference, x, paths):
+def torchscript_parity(p, params, task, exported, meta, reference, x, paths):
     """(TorchScript bytes, metrics, [gate failures]) of the traced model against PyTorch."""
     from stages.lib.model.formats import torchscript_bytes, torchscript_module
     from stages.lib.model.models import predict_outputs
@@ -148,11 +148,11 @@ def torchscript_parity(p, params_path, task, exported, meta, reference, x, paths
     runs = {b: predict_outputs(torchscript_module(blob), x, b)  # a module per batch size
             for b in sorted({1, p.parity_batch})}
     metrics, error = parity_gate(reference, runs, p.atol, p.rtol, paths, "TorchScript", task,
-                                 params_path)
+                                 params)
     return blob, metrics, [error] if error else []
 
 
-def other_formats(p, params_path, task, model, meta, blob, x, paths):
+def other_formats(p, params, task, model, meta, blob, x, paths):
     """({metrics/export.json keys}, [gate failures], {format: {file: bytes}}, [summaries]) of
     export.formats besides ONNX.
 
@@ -166,7 +166,7 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
     from stages.lib.model.parity import parity_gate, worst_image
     from stages.lib.data.shards import images_view, load_split
 
-    evaluate_p = load("evaluate", params_path)
+    evaluate_p = params["evaluate"]
     _, y, _ = load_split("test")
     y, images, name = y[:], images_view("test"), task.headline_metric
     higher = task.headline_higher_is_better
@@ -208,7 +208,7 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
         calibration = None
         if fmt == "onnx_int8":
             train_x, _, _ = load_split("train")
-            seed = load("train", params_path).seed
+            seed = params["train"].seed
             calibration = train_x[formats.calibration_indices(len(train_x),
                                                               p.calibration_samples, seed)]
         made = formats.convert(fmt, source, calibration=calibration, max_batch=p.parity_batch)
@@ -217,7 +217,7 @@ def other_formats(p, params_path, task, model, meta, blob, x, paths):
         runs = {b: full[:n_parity] if b == p.parity_batch else formats.outputs(run, x_parity, b)
                 for b in batches}
         parity, error = parity_gate(onnx_out[:n_parity], runs, p.atol, p.rtol, paths, what,
-                                    task, params_path, against="ONNX (onnxruntime)")
+                                    task, params, against="ONNX (onnxruntime)")
         size = sum(len(b) for b in made.values())
         out[fmt] = {**parity, "against": "onnxruntime", "bytes": size,
                     "gated_on_outputs": fmt == "openvino"}
@@ -245,13 +245,13 @@ def main(params_path):
     written, holding only DISABLED.txt when its format is off, so DVC's outs stay the same and
     DVC has no empty folder to warn about.
     """
-    from stages.tasks import current, load_model
+    from stages.tasks import load_model, open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    p = load("export", params_path)
+    task, params, _ = open_stage("export", params_path)  # first: params that do not fit stop
+    p = params["export"]
     from stages.lib.train.kernels import use_trained
 
-    kernels = use_trained(params_path, click.echo)  # before torch loads: the model's kernels
+    kernels = use_trained(params["train"], click.echo)  # before torch loads: the model's kernels
     from stages.lib.train.cores import stage_threads
     from stages.lib.model.formats import FOLDERS, NOTE, disabled_note, export_batch, onnx_bytes
     from stages.lib.model.provenance import export_provenance, run_record, write_run_record
@@ -271,23 +271,23 @@ def main(params_path):
         raise StageError(f"export: {meta['model']} exports only to ONNX, traced at a fixed "
                          f"batch size ({', '.join(others)} not supported for it); set "
                          f"export.formats: [onnx] and export.torchscript: false.")
-    origin = export_provenance(params_path, task.name, MODEL)
+    origin = export_provenance(params, task.name, MODEL)
     widths = bucket_widths(p, task, meta)
-    metadata = {**task.export_metadata(load_all(params_path)), **origin,
+    metadata = {**task.export_metadata(params), **origin,
                 **onnx_extra(p, task, meta)}
     blob = onnx_bytes(exported, meta, task, metadata)
-    reference, metrics, errors = onnx_parity(p, params_path, task, model, blob, x, paths,
+    reference, metrics, errors = onnx_parity(p, params, task, model, blob, x, paths,
                                              widths, threads)
     metrics.update(atol=p.atol, rtol=p.rtol, torchscript={"enabled": p.torchscript})
     files, notes = {}, []
     if p.torchscript:
-        ts_blob, ts_metrics, ts_errors = torchscript_parity(p, params_path, task, exported,
+        ts_blob, ts_metrics, ts_errors = torchscript_parity(p, params, task, exported,
                                                             meta, reference, x, paths)
         files["torchscript"] = {"model.pt": ts_blob}
         metrics["torchscript"].update(ts_metrics)
         errors += ts_errors
     if [f for f in p.formats if f != "onnx"] and not errors:
-        extra, format_errors, made, notes = other_formats(p, params_path, task, model,
+        extra, format_errors, made, notes = other_formats(p, params, task, model,
                                                           meta, blob, x_test, test_paths)
         files.update(made)
         metrics.update(extra)

@@ -30,7 +30,7 @@ import click
 from stages.lib.data import changes
 from stages.lib import safefs, show
 from stages.lib.io import HASH_CHUNK, StageError, read_csv, write_bytes, write_csv
-from stages.lib.params import load, load_all, params_option
+from stages.lib.params import params_option
 
 MANIFEST = Path("data/manifest.csv")
 CACHE_DIR = Path(".cache/ingest")
@@ -312,9 +312,10 @@ def no_gc():
 
 
 def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None = None,
-              task=None, verify: str = "sample"):
+              task=None, verify: str = "sample", settings: dict | None = None):
     """(manifest rows sorted by path, stats) for the tree at root (task: the default unless
-    given; limit: validate.max_pixels, what the modality's inspect decodes at most, 0 = all).
+    given; limit: validate.max_pixels, what the modality's inspect decodes at most, 0 = all;
+    settings: the task's read_settings, of the default params unless given).
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused,
     "verified": cached files rehashed to check the cache (verify: "sample", "all", "none"),
@@ -325,12 +326,16 @@ def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None =
     from stages.tasks import default_task
 
     task = task or default_task()
+    if settings is None:
+        from stages.lib.params import parse_all
+
+        settings = task.read_settings(parse_all({}, "the default params"))
     fields, names = manifest_fields(task), facts_of(task.modality)
     started_ns = time.time_ns()
     with no_gc():
         listing = walk(root)  # annotation files included: a change to one changes the rows
         last = read_cache(cache, fields, names) if cache else {}
-        notes = task.read_annotations(root, listing)
+        notes = task.read_annotations(root, listing, settings)
         entries = [e for e in listing if e[0] not in notes.skip]
         keys = {rel: key for rel, kind, key in entries if kind == "file"}
         facts = reusable(last, keys, len(names))
@@ -425,21 +430,21 @@ def main(params_path, no_cache):
     Reads `task`, `data.source`, `ingest.workers` (0 = all cores) and `validate.max_pixels`
     (the modality's limit: nothing larger is decoded) from the params file.
     """
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    source = Path(load("data", params_path).source)
+    task, params, _ = open_stage("ingest", params_path)  # first: params that do not fit stop
+    source = Path(params["data"].source)
     if not source.is_dir():
         raise StageError(
             f"data.source: {source} is not a folder. Point data.source in params.yaml at your "
             f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
-    params = load_all(params_path)
-    task.configure(params)  # detection: validate.max_boxes caps an image's boxes as read
+    settings = task.read_settings(params)  # detection: validate.max_boxes caps boxes as read
     limit, max_boxes = params["validate"].max_pixels, params["validate"].max_boxes
     cache = None if no_cache else cache_file(source, limit, task, max_boxes)
     ingest = params["ingest"]
-    rows, stats = inventory(source, ingest.workers, limit, cache, task, ingest.verify_cache)
+    rows, stats = inventory(source, ingest.workers, limit, cache, task, ingest.verify_cache,
+                            settings)
     if not rows:
         raise StageError(f"data.source: {source} holds no files; add your images there.")
     check_fields(rows, task)

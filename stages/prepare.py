@@ -31,7 +31,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, write_json
-from stages.lib.params import load, params_option
+from stages.lib.params import params_option
 from stages.prepare_jobs import OUT_DIR, header_job, source_arg, source_path, warm_up, write_shard
 
 SPLIT_DIR = Path("data/split")
@@ -197,11 +197,11 @@ def main(params_path):
     is the task's default (detection: on).
     """
     from stages.lib.data.rows import read_rows
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    source = Path(load("data", params_path).source)
-    p = load("prepare", params_path)
+    task, params, _ = open_stage("prepare", params_path)  # first: params that do not fit stop
+    source = Path(params["data"].source)
+    p = params["prepare"]
     letterbox = resolve_letterbox(p, task)
     workers = p.workers or cpu_count()
     if p.engine == "ray":  # the tasks read data.source where they run: at its absolute path

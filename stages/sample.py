@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from stages.lib.params import load, params_option
+from stages.lib.params import params_option
 
 OUT = Path("data/sample")
 
@@ -17,13 +17,13 @@ def main(params_path):
     Reads `task` and `sample.per_class` (0 = all images) from the params file. For
     classification: scikit-learn's 1,797 digits as <digit>/<index>.pgm.
     """
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: a bad value, or params that do not fit the task
+    task, params, _ = open_stage("sample", params_path)  # first: a bad value, or a misfit
     tmp = OUT.with_name(OUT.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     n = 0
-    for rel, data in task.sample(load("sample", params_path)):
+    for rel, data in task.sample(params["sample"]):
         target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
-from stages.lib.params import load, params_option
+from stages.lib.params import params_option
 
 MANIFEST = Path("data/manifest.csv")
 QUARANTINE = Path("data/quarantine.csv")
@@ -239,11 +239,11 @@ def main(params_path):
     `validate.near_dup_distance` (near-duplicates share a split). Files listed in
     data/quarantine.csv or with an error in the manifest are left out.
     """
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    p = load("split", params_path)
-    distance = load("validate", params_path).near_dup_distance
+    task, params, _ = open_stage("split", params_path)  # first: params that do not fit stop
+    p = params["split"]
+    distance = params["validate"].near_dup_distance
     quarantined = {r["path"] for r in read_csv(QUARANTINE)}
     rows = [r for r in read_csv(MANIFEST) if not r["error"] and r["path"] not in quarantined]
     fields = split_fields(task)

@@ -33,7 +33,7 @@ from stages.lib.train import trainlog
 from stages.lib.train.checkpoint import TRAIN_SPLIT
 from stages.lib.io import StageError, write_json
 from stages.lib.train.loop import NonFinite, fit
-from stages.lib.params import load, params_option
+from stages.lib.params import params_option
 
 MODEL = Path("models/model.pt")
 METRICS = Path("metrics/train.json")
@@ -194,10 +194,10 @@ def main(params_path):
     With train.nproc > 1 it re-runs itself under torchrun. The run record goes to
     logs/train.json and per-epoch timings and memory to logs/train_live/ (both untracked).
     """
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    p = load("train", params_path)
+    task, params, _ = open_stage("train", params_path)  # first: params that do not fit stop
+    p = params["train"]
     if (p.nproc > 1 or p.nnodes > 1) and "LOCAL_RANK" not in os.environ:
         from stages.lib.train.distributed import relaunch_under_torchrun
 

@@ -21,7 +21,7 @@ import click
 from stages.lib.data import changes
 from stages.lib import checks, show
 from stages.lib.io import StageError, read_csv, write_bytes, write_csv, write_json
-from stages.lib.params import load_all, params_option
+from stages.lib.params import params_option
 
 MANIFEST = Path("data/manifest.csv")
 METRICS = Path("metrics/validation.json")
@@ -42,7 +42,7 @@ def error_check(row: dict, task) -> str | None:
     return row["error_kind"] if row["error_kind"] in error_kinds(task) else checks.OTHER
 
 
-def file_frame(rows, p, task):
+def file_frame(rows, p, task, settings):
     """One row per manifest row; a column is None where its check does not apply."""
     import pandas as pd
 
@@ -54,7 +54,7 @@ def file_frame(rows, p, task):
             labels_of[r["sha256"]].add(key)
     copies = Counter(r["sha256"] for r, good in zip(rows, ok, strict=True) if good)
     conflict = [good and len(labels_of[r["sha256"]]) > 1 for r, good in zip(rows, ok, strict=True)]
-    columns, findings = task.check_columns(rows, ok, p)
+    columns, findings = task.check_columns(rows, ok, p, settings)
     return pd.DataFrame({
         "path": [r["path"] for r in rows],
         "ingest_error": [error_check(r, task) for r in rows],
@@ -87,7 +87,7 @@ def file_suite(p, task):
 
 def reason(check: str, row: dict, p, extra: dict, task) -> str:
     if check in task.checks:
-        return task.reason(check, row, p, extra["findings"])
+        return task.reason(check, row, p, extra["findings"], extra["settings"])
     own = task.modality.reason(check, row, p)
     if own is not None:
         return own
@@ -103,12 +103,17 @@ def reason(check: str, row: dict, p, extra: dict, task) -> str:
     }.get(check, row["error"])
 
 
-def check_all(rows, p, task) -> dict:
-    """Every problem, warning and dataset-level failure; nothing raises here."""
+def check_all(rows, p, task, settings: dict | None = None) -> dict:
+    """Every problem, warning and dataset-level failure; nothing raises here. settings: the
+    task's check_settings (of the default params when not given)."""
     from stages.lib.data.groups import near_duplicate_pairs
 
+    if settings is None:
+        from stages.lib.params import parse_all
+
+        settings = task.check_settings(parse_all({}, "the default params"))
     by_path = {r["path"]: r for r in rows}
-    frame, labels_of, findings = file_frame(rows, p, task)
+    frame, labels_of, findings = file_frame(rows, p, task, settings)
     found = checks.offenders(frame, file_suite(p, task), "path")
     pairs = near_duplicate_pairs(rows, p.near_dup_distance, task.modality.fingerprint)
     near = defaultdict(list)
@@ -117,7 +122,7 @@ def check_all(rows, p, task) -> dict:
         near[b].append(f"{a} (distance {d})")
     found["near_duplicate"] = sorted(near)
     extra = {"near": near, "labels_of": labels_of, "paths_of": defaultdict(list),
-             "findings": findings}
+             "findings": findings, "settings": settings}
     for r in rows:
         if not r["error"]:
             extra["paths_of"][r["sha256"]].append(r["path"])
@@ -192,16 +197,14 @@ def main(params_path):
     metrics/validation.json, metrics/validation_checks.json, data/quarantine.csv and
     reports/validation.html.
     """
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
-    params = load_all(params_path)
+    task, params, _ = open_stage("validate", params_path)  # first: params that do not fit stop
     p = params["validate"]
-    task.configure(params)
     rows = read_csv(MANIFEST)
     for line in changes.report("validate", changes.previous("validate", "deps"), rows):
         click.echo(show.text(line))  # what changed since the last validated manifest
-    result = check_all(rows, p, task)
+    result = check_all(rows, p, task, task.check_settings(params))
     summary = summarize(rows, result, task)
     write_json(METRICS, {k: v for k, v in summary.items() if k != "checks"})
     write_json(CHECK_COUNTS, summary["checks"])

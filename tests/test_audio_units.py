@@ -41,7 +41,7 @@ def test_speech_commands_layout_reads_labels_speakers_and_its_own_split(tmp_path
     paths = ["yes/bob_nohash_0.wav", "yes/amy_nohash_0.wav", "no/cat_nohash_1.wav",
              "_background_noise_/white.wav", "README.md", "validation_list.txt",
              "testing_list.txt", "loose.wav"]
-    found = TASK.read_annotations(tmp_path, listing(paths))
+    found = TASK.read_annotations(tmp_path, listing(paths), {})
     assert found.values["yes/bob_nohash_0.wav"] == {"label": "yes", "group": "bob",
                                                     "timestamp": "", "split": "val"}
     assert found.values["yes/amy_nohash_0.wav"]["split"] == "train"
@@ -55,14 +55,14 @@ def test_speech_commands_layout_reads_labels_speakers_and_its_own_split(tmp_path
 
 def test_labels_tsv_layout_names_missing_files_and_bad_lines(tmp_path):
     (tmp_path / "labels.tsv").write_text("a.wav\tyes\nb.flac\tno\nghost.wav\tyes\n")
-    found = TASK.read_annotations(tmp_path, listing(["a.wav", "b.flac", "c.ogg"]))
+    found = TASK.read_annotations(tmp_path, listing(["a.wav", "b.flac", "c.ogg"]), {})
     assert found.values["a.wav"]["label"] == "yes" and found.values["b.flac"]["label"] == "no"
     assert found.errors["c.ogg"][0] == "unlabelled"
     assert found.errors["ghost.wav"][0] == "missing" and "ghost.wav" in found.extra
     assert "labels.tsv" in found.skip and TASK.layout(found).startswith("labels.tsv")
     (tmp_path / "labels.tsv").write_text("a.wav yes\n")
     with pytest.raises(StageError, match=r"labels\.tsv:1: expected `path<TAB>label`"):
-        TASK.read_annotations(tmp_path, listing(["a.wav"]))
+        TASK.read_annotations(tmp_path, listing(["a.wav"]), {})
 
 
 def test_speaker_is_the_name_before_nohash():
@@ -111,11 +111,13 @@ def test_the_model_has_a_few_hundred_thousand_parameters_and_takes_the_spec():
 def test_sample_rate_check_reads_prepare_rate(tmp_path):
     from stages.lib.params import parse_all
 
-    TASK.configure(parse_all({"prepare": {"image_size": {"sample_rate": 8000}}}, "p.yaml"))
+    at_8k = TASK.check_settings(parse_all({"prepare": {"image_size": {"sample_rate": 8000}}},
+                                          "p.yaml"))
     rows = [{"path": "a.wav", "label": "yes", "sample_rate": 8000},
             {"path": "b.wav", "label": "yes", "sample_rate": 16000}]
-    columns, counts = TASK.check_columns(rows, [True, True], None)
+    columns, counts = TASK.check_columns(rows, [True, True], None, at_8k)
     assert columns["sample_rate"] == [1, 0] and counts == {16000: 1}
-    assert "not 8000 Hz" in TASK.reason("sample_rate", rows[1], None, counts)
-    TASK.configure(parse_all({}, "p.yaml"))
-    assert TASK.check_columns(rows, [True, True], None)[0]["sample_rate"] == [0, 1]
+    assert "not 8000 Hz" in TASK.reason("sample_rate", rows[1], None, counts, at_8k)
+    default = TASK.check_settings(parse_all({}, "p.yaml"))  # a value, not state on the task
+    assert TASK.check_columns(rows, [True, True], None, default)[0]["sample_rate"] == [0, 1]
+    assert TASK.check_columns(rows, [True, True], None, at_8k)[0]["sample_rate"] == [1, 0]

@@ -34,10 +34,10 @@ def test_the_subset_is_seeded_per_class_and_keeps_labels_csv_consistent(tmp_path
             write_image(folders / c / f"{i}.png", seed=i)
     picks = [sorted(p.relative_to(tmp_path / d).as_posix()
                     for p in (tmp_path / d).rglob("*.png"))
-             for d in ("s1", "s2") if write_subset(task, folders, tmp_path / d, 3, 7) == 6]
+             for d in ("s1", "s2") if write_subset(task, folders, tmp_path / d, 3, 7, {}) == 6]
     assert len(picks) == 2 and picks[0] == picks[1]  # the same seed, the same files
     assert sum(p.startswith("a/") for p in picks[0]) == 3
-    write_subset(task, folders, tmp_path / "s3", 3, 8)
+    write_subset(task, folders, tmp_path / "s3", 3, 8, {})
     assert sorted(p.relative_to(tmp_path / "s3").as_posix()
                   for p in (tmp_path / "s3").rglob("*.png")) != picks[0]
     assert {p.name for p in folders.rglob("*.png")} and len(list(folders.rglob("*.png"))) == 20
@@ -48,7 +48,7 @@ def test_the_subset_is_seeded_per_class_and_keeps_labels_csv_consistent(tmp_path
         write_image(flat / f"img{i}.png", seed=i)
         rows.append(f"img{i}.png,{'cat' if i % 2 else 'dog'}")
     (flat / "labels.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
-    assert write_subset(task, flat, tmp_path / "s4", 2, 0) == 4
+    assert write_subset(task, flat, tmp_path / "s4", 2, 0, {}) == 4
     kept = read_csv(tmp_path / "s4/labels.csv")
     assert sorted(r["path"] for r in kept) == sorted(
         p.name for p in (tmp_path / "s4").glob("*.png"))

@@ -182,7 +182,11 @@ def read_notes(task: str, source: Path):
     from stages.ingest import walk
     from stages.tasks import get
 
-    return get(task).read_annotations(source, walk(source))
+    from stages.lib.params import parse_all
+
+    task = get(task)
+    return task.read_annotations(source, walk(source),
+                                 task.read_settings(parse_all({}, "the default params")))
 
 
 def refused(task: str, source: Path, name: str) -> str:

@@ -146,7 +146,7 @@ def test_held_out_fonts_never_reach_train(fonts, tmp_path):
 
     out = tmp_path / "s"
     synthesize(fonts, fonts.parent / "words.txt", 40, out, holdout=("DejaVuSerif",))
-    found = TASK.read_annotations(out, walk(out))
+    found = TASK.read_annotations(out, walk(out), {})
     assert not found.errors
     rows = [{"path": rel, "sha256": rel, **v} for rel, v in sorted(found.values.items())]
     where, _ = plan(rows, 42, 0.15, 0.15, by="given")

@@ -111,9 +111,10 @@ def dvc_blockers(source: Path) -> list[str]:
     return notes
 
 
-def sniff(task, source: Path):
+def sniff(task, source: Path, settings: dict):
     """(what was found in words, usable rows, header facts, notes) of the source, read as
-    ingest reads it; an error naming the layouts expected when it holds none of them."""
+    ingest reads it (settings: the task's read_settings of params.yaml, as ingest's); an error
+    naming the layouts expected when it holds none of them."""
     from stages.ingest import walk
     from stages.lib.io import StageError
 
@@ -124,7 +125,7 @@ def sniff(task, source: Path):
         raise InitError(f"{source} is not a {task.name} dataset init can read: expected "
                         f"{task.layouts}.{hint}")
     try:
-        found = task.read_annotations(source, walk(source))
+        found = task.read_annotations(source, walk(source), settings)
     except StageError as exc:
         raise InitError(exc.message + hint) from None
     rows = [{"path": rel, **v} for rel, v in sorted(found.values.items())
@@ -320,9 +321,9 @@ def sample_choices(task) -> list:
 
 
 def own_choices(task, source: Path, raw: dict) -> list:
-    from stages.lib.params import Split, parse
+    from stages.lib.params import Split, parse, parse_all
 
-    summary, rows, facts, notes = sniff(task, source)
+    summary, rows, facts, notes = sniff(task, source, task.read_settings(parse_all(raw, PARAMS)))
     click.echo(f"found: {summary}")
     for note in notes:
         click.echo(f"note: {note}")

@@ -23,7 +23,8 @@ SAMPLE_SOURCE = "data/sample"  # the `sample` stage's out
 SUBSET_DIR = "data/smoke"  # in the temp copy
 
 
-def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> int:
+def write_subset(task, source: Path, dest: Path, per_group: int, seed: int,
+                 settings: dict) -> int:
     """Copy the seeded subset of source (stages/lib/data/subset.py) into dest, at the same relative
     paths, with the task's annotation files cut to it; the number of images."""
     from stages.ingest import walk
@@ -31,7 +32,7 @@ def write_subset(task, source: Path, dest: Path, per_group: int, seed: int) -> i
 
     source, dest = Path(source), Path(dest)
     listing = walk(source)
-    annotations = task.read_annotations(source, listing)
+    annotations = task.read_annotations(source, listing, settings)
     chosen = choose(task, annotations, listing, per_group, seed)
     for rel in chosen:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +81,8 @@ def main(per_class, epochs, seed, use_sample, keep):
         if use_sample:
             click.echo(f"smoke: the built-in sample, {per_class} per class, {epochs} epoch(s)")
         else:
-            n = write_subset(task, Path(source), tmp / SUBSET_DIR, per_class, seed)
+            n = write_subset(task, Path(source), tmp / SUBSET_DIR, per_class, seed,
+                             task.read_settings(params))
             click.echo(f"smoke: {n} files of {source} ({per_class} per class, seed {seed}), "
                        f"{epochs} epoch(s), your params otherwise")
         from tools.project import git

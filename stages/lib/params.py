@@ -32,6 +32,9 @@ MAX_BOXES, MAX_BOXES_CAP = 10_000, 100_000
 # "no weights file": a git-tracked placeholder that train.init_from and evaluate.compare_with
 # name by default, because dvc.yaml lists those params as deps and DVC fails on an empty path
 NO_WEIGHTS = "weights/none"
+# export.formats' names (stages/lib/model/formats.py exports them): here, so that parsing the
+# params imports no export code, and every stage's code deps stay free of it
+EXPORT_FORMATS = ("onnx", "openvino", "onnx_int8", "tensorrt")
 
 
 def knob(default, *, choices=None, at_least=None, above=None, at_most=None, below=None,
@@ -382,16 +385,14 @@ class Export:
     score_threshold: float | None = None
 
     def problems(self) -> list[str]:
-        from stages.lib.model.formats import FORMATS
-
         if self.score_threshold is not None and not 0.0 <= self.score_threshold <= 1.0:
             return [f"`export.score_threshold` must be between 0 and 1 (or null: "
                     f"evaluate.score_threshold), got {self.score_threshold!r}"]
 
-        unknown = [f for f in self.formats if f not in FORMATS]
+        unknown = [f for f in self.formats if f not in EXPORT_FORMATS]
         if unknown:
             return [f"export.formats: unknown format(s) {', '.join(unknown)}; choose from "
-                    f"{', '.join(FORMATS)}"]
+                    f"{', '.join(EXPORT_FORMATS)}"]
         if len(set(self.formats)) != len(self.formats):
             return [f"export.formats lists a format twice: {self.formats}"]
         if any(w < 1 for w in self.width_buckets) or self.width_buckets != sorted(
@@ -448,7 +449,9 @@ STAGE_PARAMS = {
     "sample": ("sample",),
     # bombs are never decoded; an image's boxes are capped as they are read
     "ingest": ("data.source", "ingest", "validate.max_pixels", "validate.max_boxes"),
-    "validate": ("validate", "prepare.height", "prepare.width"),  # the CTC length rule
+    # the task's check_settings: the CTC length rule (ocr: prepare.height/width; speech: the
+    # log-mel spec's frames and hop) and audio's sample rate (prepare.image_size)
+    "validate": ("validate", "prepare.image_size", "prepare.height", "prepare.width"),
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
     "prepare": ("data.source", *PREPARE_RESULT),
     "train": ("train",),

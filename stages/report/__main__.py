@@ -29,9 +29,9 @@ def main(params_path, with_experiments, out_path):
     """
     from stages.report.facts import dvc_exp_show, gather
     from stages.report.page import render
-    from stages.tasks import current
+    from stages.tasks import open_stage
 
-    task = current(params_path)  # first: params that do not fit the task stop here
+    task, params, raw = open_stage("report", params_path)  # first: params that do not fit stop
     out = Path(out_path) if out_path else (EXPERIMENTS_OUT if with_experiments else OUT)
     if with_experiments and out.resolve() == OUT.resolve():
         raise StageError(f"--experiments cannot write {OUT}: it is a DVC out and must not change "
@@ -40,19 +40,18 @@ def main(params_path, with_experiments, out_path):
     git = shown = measured = None
     if with_experiments:
         from stages.lib.data.changes import dataset_version
-        from stages.lib.params import load
         from stages.lib.model.provenance import LOG_DIR, git_state, registry_state
         from stages.report.facts import read_json
 
         # git facts (the commit, its registered versions and stages, the dataset's registered
         # version): this untracked page only, never the DVC out run.html
         git = {**git_state(), "registry": registry_state(),
-               "dataset": dataset_version(load("data", params_path).source)}
+               "dataset": dataset_version(params["data"].source)}
         shown = dvc_exp_show()
         record = LOG_DIR / "export.json"  # this machine's run record: untracked, like the page
         measured = read_json(record).get("metrics") if record.is_file() else None
-    page = render(gather(params_path, out, task, git=git, experiments=shown, measured=measured),
-                  task)
+    page = render(gather(params_path, out, task, git=git, experiments=shown, measured=measured,
+                         raw=raw), task)
     write_bytes(out, page.encode("utf-8"))
     click.echo(f"report: {out} ({len(page) / 1024:,.0f} KiB)")
     if not with_experiments:  # the DVC run: its one metric file, the columns of `dvc exp show`

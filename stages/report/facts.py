@@ -69,15 +69,17 @@ class Facts:
 
 
 def gather(params_path, out: Path, task, git: dict | None = None,
-           experiments: list | None = None, measured: dict | None = None) -> Facts:
+           experiments: list | None = None, measured: dict | None = None,
+           raw: dict | None = None) -> Facts:
     """Read every input of the page, each file once (a missing file is named in the order
-    the page uses them: the model first). task: the run's (the stage looks it up)."""
+    the page uses them: the model first). task: the run's (the stage looks it up); raw: the
+    params file as the stage's door read it (read here when not given)."""
     import platform
 
     from stages.lib.checks import all_checks
     from stages.lib.params import read
 
-    raw_params = read(params_path)
+    raw_params = raw if raw is not None else read(params_path)
     onnx = onnx_facts()
     headline, export, split = read_json(EVAL), read_json(EXPORT), read_json(SPLIT)
     split_checks = {k: split[k] for k in ("balance", "leakage") if k in split}

@@ -5,6 +5,7 @@ subclass of stages.tasks.base.Task, instantiated as `TASK` in its __init__.py); 
 changes. Nothing heavy is imported until a task is looked up.
 """
 import importlib
+import typing
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +53,29 @@ def current(params_path="params.yaml"):
     task = get(task_of(raw, params_path))
     check_params(task, parse_all(raw, params_path), params_path)
     return task
+
+
+class Opened(typing.NamedTuple):
+    """What the door hands a stage: its task, the params it declares (stages.lib.door), and
+    the params file as read (the report shows it)."""
+    task: object
+    params: dict
+    raw: dict
+
+
+def open_stage(stage: str, params_path="params.yaml") -> Opened:
+    """The one door into a stage: reads the params file once, checks every key against the
+    task (check_params: a model, channels or key of another task stops every stage, not only
+    the one that reads it), and hands the stage its task and the typed params it declares in
+    dvc.yaml, and no others (stages.lib.door.declared)."""
+    from stages.lib.door import declared
+    from stages.lib.params import parse_all, read, task_of
+
+    raw = read(params_path)
+    task = get(task_of(raw, params_path))
+    every = parse_all(raw, params_path)
+    check_params(task, every, params_path)
+    return Opened(task, declared(stage, every), raw)
 
 
 INIT = "python -m tools.init --task {task}"  # writes a params.yaml that fits the task

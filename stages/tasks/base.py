@@ -12,7 +12,8 @@ stages look the task up after parsing their options, but `--help` must stay inst
 A hook gets typed params (stages/lib/params.py): its section's (`p`), or every section's as
 {section: params} (`params`), never a params file to read. The one instance is shared by every
 caller: what one hook finds for another is returned and passed back (check_columns' findings
-to reason), not kept on it (configure() alone sets it up, before validate's checks). What a
+to reason; read_settings and check_settings, what the annotations and the checks need of other
+stages' params), never kept on it. What a
 model does (a forward that takes the targets, a fixed export batch) its model says, not the
 task: stages/lib/model/models.py reads it.
 
@@ -84,10 +85,18 @@ class Task:
 
         return get(self.modality_name)
 
-    def configure(self, params: dict) -> None:
-        """Called by validate with every section's typed params ({section: params}) before
-        any check: a task whose checks depend on another stage's knobs (ocr: the CTC length
-        rule on prepare.height/width) reads them here. Default: nothing."""
+    def read_settings(self, params: dict) -> dict:
+        """What read_annotations needs of the params ({section: typed params}) besides the files
+        (detection: validate.max_boxes, segmentation: validate.max_pixels): ingest, tools.init
+        and tools.synth_ocr each pass it, so every reader sees what ingest sees. Default: none.
+        """
+        return {}
+
+    def check_settings(self, params: dict) -> dict:
+        """What the task's checks (check_columns, reason) need of other stages' params (ocr:
+        the CTC length rule on prepare.height/width; audio and speech: prepare.image_size's
+        sample rate): validate passes it to both. Default: none."""
+        return {}
 
     @property
     def headline_higher_is_better(self) -> bool:
@@ -218,8 +227,9 @@ class Task:
 
     # ---- ingest
 
-    def read_annotations(self, source: Path, listing: list) -> Annotations:
-        """Annotations for walk()'s listing [(path, kind, key)] (kind: file, empty, dirlink)."""
+    def read_annotations(self, source: Path, listing: list, settings: dict) -> Annotations:
+        """Annotations for walk()'s listing [(path, kind, key)] (kind: file, empty, dirlink);
+        settings: read_settings(params)."""
         return Annotations(values={rel: {"group": "", "timestamp": "", "split": ""}
                                    for rel, kind, _ in listing if kind == "file"})
 
@@ -229,18 +239,19 @@ class Task:
         """What the file is annotated as: the same bytes under two keys is a label conflict."""
         return "\t".join(row[f] for f in self.annotation_fields)
 
-    def check_columns(self, rows: list, ok: list, p) -> tuple:
+    def check_columns(self, rows: list, ok: list, p, settings: dict) -> tuple:
         """(extra columns of the per-file table validate checks (None where a check skips),
-        findings: what reason() needs beyond the row, passed back to it; None by default)."""
+        findings: what reason() needs beyond the row, passed back to it; None by default).
+        settings: check_settings(params)."""
         return {}, None
 
     def file_expectations(self, p) -> list:
         """[(check, great_expectations expectation)] over check_columns' columns."""
         return []
 
-    def reason(self, check: str, row: dict, p, findings) -> str:
+    def reason(self, check: str, row: dict, p, findings, settings: dict) -> str:
         """Why a file fails one of the task's file checks (findings: what check_columns
-        returned beside its columns)."""
+        returned beside its columns; settings: check_settings(params))."""
         return check
 
     def dataset_findings(self, usable: list, p, offenders) -> dict:

@@ -22,7 +22,8 @@ never load OpenVINO, TensorRT or torch.
 import json
 from pathlib import Path
 
-FORMATS = ("onnx", "openvino", "onnx_int8", "tensorrt")
+from stages.lib.params import EXPORT_FORMATS as FORMATS  # noqa: F401 (parsed there)
+
 # Each format's DVC out besides model.onnx: a folder, holding only NOTE when the format is not
 # selected (DVC needs every declared out to exist after the stage, and warns on an empty one).
 FOLDERS = {"torchscript": Path("models/torchscript"), "openvino": Path("models/openvino"),

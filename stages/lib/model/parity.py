@@ -31,19 +31,18 @@ class AtWidth:
                                            + [(0, self.width - have)], mode="edge"))
 
 
-def compare(reference, candidate, atol: float, rtol: float, task, params_path=None) -> dict:
+def compare(reference, candidate, atol: float, rtol: float, task, params=None) -> dict:
     """Per-image comparison of two N x ... output arrays (numpy arrays of length N).
 
     abs: max |candidate - reference|; rel: abs / max |reference|; excess: abs beyond the
     tolerance atol + rtol * max |reference| (> 0 fails); agree: the task's decision agrees.
-    A task with its own Task.parity decides abs and agree; then only agree fails.
+    A task with its own Task.parity decides abs and agree (given the stage's params,
+    {section: typed params}); then only agree fails.
     """
     import numpy as np
 
-    from stages.lib.params import load_all
-
     n = len(reference)
-    custom = task.parity(reference, candidate, load_all(params_path)) if params_path else None
+    custom = task.parity(reference, candidate, params) if params is not None else None
     if custom is not None:
         abs_diff, agree = custom
         return {"abs": abs_diff, "rel": abs_diff, "excess": np.where(agree, -1.0, 0.0),
@@ -57,12 +56,12 @@ def compare(reference, candidate, atol: float, rtol: float, task, params_path=No
 
 
 def parity_gate(reference, runs: dict, atol: float, rtol: float, paths, what: str, task,
-                params_path=None, against: str = "PyTorch"):
+                params=None, against: str = "PyTorch"):
     """(metrics, error message or "") comparing the reference outputs (`against`: PyTorch's)
     with each batch size's run."""
     import numpy as np
 
-    per_batch = {b: compare(reference, out, atol, rtol, task, params_path)
+    per_batch = {b: compare(reference, out, atol, rtol, task, params)
                  for b, out in sorted(runs.items())}
     abs_diff = np.max([c["abs"] for c in per_batch.values()], axis=0)
     rel_diff = np.max([c["rel"] for c in per_batch.values()], axis=0)

@@ -115,15 +115,16 @@ def write_run_record(stage: str, record: dict) -> Path:
     return path
 
 
-def export_provenance(params_path, task: str, model) -> dict:
+def export_provenance(params: dict, task: str, model) -> dict:
     """Deterministic hashes of the code, data manifest, params and weights (the file `model`)
     behind an export. The code: every project file the export stage reaches for the task, read
     from its imports (stages.lib.codedeps), the files dvc.yaml's export deps cover."""
     from stages.lib.codedeps import code_hash
-    from stages.lib.params import load, task_name, without_placement
+    from stages.lib.door import asdict
+    from stages.lib.params import without_placement
 
     # prepare's placement keys (workers, engine, ray_address) are not part of the result
-    sections = {s: without_placement(s, dataclasses.asdict(load(s, params_path)))
+    sections = {s: without_placement(s, asdict(params[s]))
                 for s in PROVENANCE_PARAMS}
     for key in FORMAT_KEYS:
         del sections["export"][key]
@@ -135,10 +136,10 @@ def export_provenance(params_path, task: str, model) -> dict:
         del sections["prepare"]["letterbox"]
     if sections["export"]["score_threshold"] is None:  # the default (evaluate's): likewise
         del sections["export"]["score_threshold"]
-    params = {s: params_hash(values) for s, values in sections.items()}
-    params["task"] = params_hash({"task": task_name(params_path)})
+    hashes = {s: params_hash(values) for s, values in sections.items()}
+    hashes["task"] = params_hash({"task": task})
     weights = sha256_file(model, missing="")
     return {"code_sha256": code_hash("export", task, ROOT),
             "manifest_sha256": sha256_file(MANIFEST, missing=""),
-            "params_sha256": params_hash(params), "model_sha256": weights,
+            "params_sha256": params_hash(hashes), "model_sha256": weights,
             "model_version": model_version(weights)}

@@ -159,10 +159,8 @@ def use(profile: str, threads: int, echo=None) -> dict:
             "capability": torch.backends.cpu.get_cpu_capability(), "fallback": why}
 
 
-def use_trained(params_path, echo=None) -> dict:
-    """use() with the train section's profile and threads: evaluate and export run the model
-    under the kernels that trained it."""
-    from stages.lib.params import load
-
-    trained = load("train", params_path)
+def use_trained(trained, echo=None) -> dict:
+    """use() with the train section's profile and threads (trained: its typed params, or a
+    view of train.kernels and train.threads): evaluate and export run the model under the
+    kernels that trained it."""
     return use(trained.kernels, trained.threads, echo)

@@ -50,7 +50,6 @@ class Audio(Classification):
     models = ("audio_cnn",)
     task_keys = (*Classification.task_keys, *AUDIO_KEYS)
     channels = (1, "auto")
-    _rate = 16000  # prepare's feature rate, set by configure before validate's checks
 
     def model_problem(self, name, others):
         return super(Classification, self).model_problem(name, others)
@@ -66,11 +65,13 @@ class Audio(Classification):
             out.append(f"prepare.height: {prepare.height} is for text lines; audio takes 0")
         return out
 
-    def configure(self, params):
+    def check_settings(self, params):
+        """The rate every clip must have: prepare's feature rate (validate's sample_rate)."""
         from stages.lib.modality.audiocore import spec_of
 
         image_size = params["prepare"].image_size
-        self._rate = spec_of(image_size if isinstance(image_size, dict) else {})["sample_rate"]
+        return {"rate": spec_of(image_size if isinstance(image_size, dict) else {})
+                ["sample_rate"]}
 
     def fit_prepare(self, images):
         """The log-mel spec for one's own data: the feature defaults, frames covering 90% of
@@ -98,16 +99,16 @@ class Audio(Classification):
 
         return clips(p.per_class)
 
-    def read_annotations(self, source, listing):
+    def read_annotations(self, source, listing, settings):
         return annotations.read_annotations(source, listing)
 
     def layout(self, found):
         return annotations.layout(found)
 
-    def check_columns(self, rows, ok, p):
+    def check_columns(self, rows, ok, p, settings):
         from stages.lib.modality.audiogate import rate_columns
 
-        columns, counts = rate_columns(rows, ok, self._rate)
+        columns, counts = rate_columns(rows, ok, settings["rate"])
         return {**shared_checks.check_columns(rows, ok, p), **columns}, counts
 
     def file_expectations(self, p):
@@ -115,12 +116,12 @@ class Audio(Classification):
 
         return shared_checks.file_expectations(p) + rate_expectations()
 
-    def reason(self, check, row, p, findings):
+    def reason(self, check, row, p, findings, settings):
         if check == "sample_rate":
             from stages.lib.modality.audiogate import rate_reason
 
-            return rate_reason(row, self._rate, findings)
-        return super().reason(check, row, p, findings)
+            return rate_reason(row, settings["rate"], findings)
+        return super().reason(check, row, p, findings, settings)
 
     def build_model(self, name, meta):
         from stages.tasks.audio.model import build_model

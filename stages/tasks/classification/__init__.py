@@ -48,7 +48,7 @@ class Classification(Task):
 
         return digit_images(p.per_class)
 
-    def read_annotations(self, source, listing):
+    def read_annotations(self, source, listing, settings):
         return annotations.read_annotations(source, listing)
 
     def layout(self, found):
@@ -57,13 +57,13 @@ class Classification(Task):
     def annotation_key(self, row):
         return row["label"]
 
-    def check_columns(self, rows, ok, p):
+    def check_columns(self, rows, ok, p, settings):
         return checks.check_columns(rows, ok, p), None
 
     def file_expectations(self, p):
         return checks.file_expectations(p)
 
-    def reason(self, check, row, p, findings):
+    def reason(self, check, row, p, findings, settings):
         if check == "unexpected_class":  # its one check of its own columns
             return f"unexpected class {row['label']} (validate.classes)"
         return row["error"] or check  # an annotation error (annotation_errors): ingest's message

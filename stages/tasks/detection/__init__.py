@@ -69,16 +69,14 @@ class Detection(Task):
 
         return shapes(p.images or 1000)
 
-    max_boxes = None  # validate.max_boxes, set by configure (None: the param's default)
+    def read_settings(self, params):
+        return {"max_boxes": params["validate"].max_boxes}  # an image's boxes, capped as read
 
-    def configure(self, params):
-        self.max_boxes = params["validate"].max_boxes
-
-    def read_annotations(self, source, listing):
+    def read_annotations(self, source, listing, settings):
         from stages.lib.params import MAX_BOXES
         from stages.tasks.detection.annotations import read_annotations
 
-        return read_annotations(source, listing, self.max_boxes or MAX_BOXES)
+        return read_annotations(source, listing, settings.get("max_boxes") or MAX_BOXES)
 
     def layout(self, found):
         if "data.yaml" in found.skip:
@@ -104,7 +102,7 @@ class Detection(Task):
     def annotation_key(self, row):
         return row["boxes"]
 
-    def check_columns(self, rows, ok, p):
+    def check_columns(self, rows, ok, p, settings):
         """The columns, and the findings: the offending boxes {check: {path: [(where, why)]}}
         that reason() names."""
         sizes = [checks.size_matches(r) if g else None for r, g in zip(rows, ok, strict=True)]
@@ -137,7 +135,7 @@ class Detection(Task):
             column="declared_size_match", value_set=[True])))
         return out
 
-    def reason(self, check, row, p, findings):
+    def reason(self, check, row, p, findings, settings):
         if check == "no_labels":
             return "no boxes: a background image" + (" (no label file)" if row["boxes"] == ""
                                                       else "")

@@ -75,12 +75,11 @@ class OCR(CtcText, Task):
                        f"(the sample's: 192)")
         return out
 
-    geometry = (32, 192)  # (prepare.height, prepare.width), set by configure()
-
-    def configure(self, params):
+    def check_settings(self, params):
+        """The CTC length rule's geometry: (prepare.height, prepare.width); the sample's
+        (32, 192) when prepare.height is 0."""
         prepare = params["prepare"]
-        if prepare.height:
-            self.geometry = (prepare.height, prepare.width)
+        return {"geometry": (prepare.height, prepare.width) if prepare.height else (32, 192)}
 
     def layout(self, found):
         lists = sorted(found.skip - {r for r in found.skip if r.endswith(".txt")})
@@ -114,20 +113,20 @@ class OCR(CtcText, Task):
 
         return text_lines(p.lines or LINES)
 
-    def read_annotations(self, source, listing):
+    def read_annotations(self, source, listing, settings):
         return annotations.read_annotations(source, listing)
 
     def annotation_key(self, row):
         return row["text"]
 
-    def check_columns(self, rows, ok, p):
-        return checks.check_columns(rows, ok, p, self.geometry), None
+    def check_columns(self, rows, ok, p, settings):
+        return checks.check_columns(rows, ok, p, settings["geometry"]), None
 
     def file_expectations(self, p):
         return checks.file_expectations(p)
 
-    def reason(self, check, row, p, findings):
-        return checks.reason(check, row, p, self.geometry)
+    def reason(self, check, row, p, findings, settings):
+        return checks.reason(check, row, p, settings["geometry"])
 
     def prepare_meta(self, splits):
         from stages.lib.io import StageError

@@ -65,13 +65,12 @@ class Segmentation(Task):
 
         return sample_files(p.images)
 
-    max_pixels = annotations.MAX_PIXELS  # validate.max_pixels, set by configure
+    def read_settings(self, params):
+        return {"max_pixels": params["validate"].max_pixels}  # masks larger are never decoded
 
-    def configure(self, params):
-        self.max_pixels = params["validate"].max_pixels
-
-    def read_annotations(self, source, listing):
-        return annotations.read_annotations(source, listing, self.max_pixels)
+    def read_annotations(self, source, listing, settings):
+        return annotations.read_annotations(source, listing,
+                                            settings.get("max_pixels", annotations.MAX_PIXELS))
 
     def layout(self, found):
         if "dataset.json" in found.skip:
@@ -82,13 +81,13 @@ class Segmentation(Task):
     def annotation_key(self, row):
         return row["mask_sha256"]
 
-    def check_columns(self, rows, ok, p):
+    def check_columns(self, rows, ok, p, settings):
         return gate.check_columns(rows, ok, p), None
 
     def file_expectations(self, p):
         return gate.file_expectations(p)
 
-    def reason(self, check, row, p, findings):
+    def reason(self, check, row, p, findings, settings):
         return gate.reason(check, row)
 
     def dataset_findings(self, usable, p, offenders):

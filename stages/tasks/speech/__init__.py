@@ -58,9 +58,6 @@ class Speech(CtcText, Task):
     models = ("cnn_bigru", "cnn_bigru_small", "cnn_bigru_large")  # model.py SIZES
     task_keys = TASK_KEYS
 
-    # (sample rate, hop, seconds the frames hold), set by configure() before validate's checks
-    geometry = (16000, 160, 3.2)
-
     @property
     def sample_params(self):
         from stages.tasks.speech.sample import CHARSET, CLIPS, FRAMES, MAX_SECONDS
@@ -80,13 +77,15 @@ class Speech(CtcText, Task):
             out.append(f"prepare.height: {prepare.height} is for text lines; speech takes 0")
         return out
 
-    def configure(self, params):
+    def check_settings(self, params):
+        """The CTC length rule's geometry from prepare.image_size: (sample rate, hop, seconds
+        the frames hold)."""
         from stages.lib.modality.audiocore import spec_of
 
         size = params["prepare"].image_size
         spec = spec_of(size if isinstance(size, dict) else {})
-        self.geometry = (spec["sample_rate"], spec["hop"],
-                         (spec["frames"] - 1) * spec["hop"] / spec["sample_rate"])
+        return {"geometry": (spec["sample_rate"], spec["hop"],
+                             (spec["frames"] - 1) * spec["hop"] / spec["sample_rate"])}
 
     def layout(self, found):
         return {"list": f"{annotations.LIST} list (path<TAB>transcript)",
@@ -126,7 +125,7 @@ class Speech(CtcText, Task):
 
         return clips(p.clips or CLIPS)
 
-    def read_annotations(self, source, listing):
+    def read_annotations(self, source, listing, settings):
         return annotations.read_annotations(source, listing)
 
     def subset_annotations(self, source, dest, found, chosen):
@@ -135,23 +134,24 @@ class Speech(CtcText, Task):
     def annotation_key(self, row):
         return row["text"]
 
-    def check_columns(self, rows, ok, p):
+    def check_columns(self, rows, ok, p, settings):
         from stages.lib.modality.audiogate import rate_columns
 
-        columns, counts = rate_columns(rows, ok, self.geometry[0])
-        return {**checks.check_columns(rows, ok, p, self.geometry), **columns}, counts
+        geometry = settings["geometry"]
+        columns, counts = rate_columns(rows, ok, geometry[0])
+        return {**checks.check_columns(rows, ok, p, geometry), **columns}, counts
 
     def file_expectations(self, p):
         from stages.lib.modality.audiogate import rate_expectations
 
         return checks.file_expectations(p) + rate_expectations()
 
-    def reason(self, check, row, p, findings):
+    def reason(self, check, row, p, findings, settings):
         if check == "sample_rate":
             from stages.lib.modality.audiogate import rate_reason
 
-            return rate_reason(row, self.geometry[0], findings)
-        return checks.reason(check, row, p, self.geometry)
+            return rate_reason(row, settings["geometry"][0], findings)
+        return checks.reason(check, row, p, settings["geometry"])
 
     def prepare_meta(self, splits):
         from stages.lib.io import StageError

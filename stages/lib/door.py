@@ -1,0 +1,85 @@
+"""What a stage may read of params.yaml: the keys it declares in dvc.yaml, and no other.
+
+DVC reruns a stage when a param listed under its `params:` changes, and only then. A stage that
+read a key it does not list would go on being "up to date" after that key changed, and dvc.lock
+would name params that did not make its outs. So the one door into a stage
+(stages.tasks.open_stage) hands it `declared(stage, ...)`: the sections it lists whole, as their
+typed dataclasses, and the sections it lists key by key as a view that refuses every other key
+with an error naming the stage, the key and the fix.
+
+The one exception, named here with its reason: prepare's placement keys (workers, engine,
+ray_address, ray_inputs) say where prepare runs, never what it writes (the same bytes, tested in
+tests/test_prepare_ray.py and tests/test_scale_prepare.py), so prepare reads them undeclared.
+"""
+import dataclasses
+
+from stages.lib.io import StageError
+from stages.lib.params import PREPARE_PLACEMENT, REPORT_PARAMS, SECTIONS, STAGE_PARAMS
+
+# {stage: {section: keys}} read without a dvc.yaml entry, each for the reason above
+UNDECLARED_READS = {"prepare": {"prepare": PREPARE_PLACEMENT}}
+
+
+def declared_keys(stage: str) -> tuple[str, ...]:
+    """The params the stage lists in dvc.yaml besides `task` (STAGE_PARAMS; the report's:
+    REPORT_PARAMS)."""
+    return REPORT_PARAMS if stage == "report" else STAGE_PARAMS[stage]
+
+
+def fix(stage: str, key: str) -> str:
+    return (f"stage {stage} read `{key}`, which it does not declare: add {key!r} to "
+            f"STAGE_PARAMS[{stage!r}] in stages/lib/params.py and to the {stage} stage's "
+            f"`params:` in dvc.yaml, or DVC would not rerun {stage} when it changes")
+
+
+class Keys:
+    """A section's typed params limited to some of its keys: any other key is an error."""
+
+    def __init__(self, stage: str, section: str, values, keys):
+        self._stage, self._section, self._values = stage, section, values
+        self._keys = tuple(f.name for f in dataclasses.fields(values) if f.name in set(keys))
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._keys:
+            raise StageError(fix(self._stage, f"{self._section}.{name}"))
+        return getattr(self._values, name)
+
+    def asdict(self) -> dict:
+        """The allowed keys and their values, in the section's field order."""
+        return {k: getattr(self._values, k) for k in self._keys}
+
+
+def asdict(values) -> dict:
+    """A section's values as a dict: a dataclass's every field, a Keys view's allowed keys."""
+    return values.asdict() if isinstance(values, Keys) else dataclasses.asdict(values)
+
+
+class Declared(dict):
+    """{section: typed params or a Keys view} of what a stage declares; asking for a section it
+    does not declare at all is the same error as for a key."""
+
+    def __init__(self, stage: str, sections: dict):
+        super().__init__(sections)
+        self.stage = stage
+
+    def __missing__(self, section):
+        raise StageError(fix(self.stage, section))
+
+
+def declared(stage: str, every: dict) -> Declared:
+    """Declared params of the stage, from every section's typed params ({section: dataclass})."""
+    whole, keys = set(), {}
+    for entry in declared_keys(stage):
+        section, _, key = entry.partition(".")
+        if key:
+            keys.setdefault(section, set()).add(key)
+        else:
+            whole.add(section)
+    for section, extra in UNDECLARED_READS.get(stage, {}).items():
+        if section not in whole:
+            keys.setdefault(section, set()).update(extra)
+    out = {s: every[s] for s in SECTIONS if s in whole}
+    out.update({s: Keys(stage, s, every[s], k) for s, k in keys.items() if s not in whole})
+    return Declared(stage, dict(sorted(out.items())))
