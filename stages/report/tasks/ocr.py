@@ -1,10 +1,16 @@
 """The OCR task's part of the run report: headline metrics, accuracy per character class, the
 CER distribution, the worst lines (image, truth, prediction) and the most frequent character
 confusions."""
-from stages.report.html import card, comparison, esc, lower_is_better, num, png_uri, table
-from stages.tasks.classification.report import eval_file
+from stages.report.facts import eval_file
+from stages.report.html import (comparison, esc, lower_is_better, metric_cards, num, png_uri,
+                                table)
 
 ROWS = 20
+
+
+def headline(facts) -> list:
+    return [("test CER", facts.eval.get("cer")),
+            ("line accuracy", facts.eval.get("line_accuracy"))]
 
 
 def sections(facts) -> list[tuple[str, str, str]]:
@@ -12,11 +18,7 @@ def sections(facts) -> list[tuple[str, str, str]]:
 
 
 def evaluation(facts) -> str:
-    metrics = {k: v for k, v in sorted(facts.eval.items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
-                         "lower is better" if lower_is_better(k) or k in ("cer", "wer") else "")
-                    for k, v in metrics.items())
+    cards = metric_cards(facts.eval, lambda k: lower_is_better(k) or k in ("cer", "wer"))
     per_class = eval_file(facts, "per_class.json")
     class_rows = [f"<tr><td>{esc(c)}</td>{num(f'per_class.{c}', a)}</tr>"
                   for c, a in per_class.items()]

@@ -1,14 +1,18 @@
 """The speech task's part of the run report: CER and WER (greedy and beam), CER by clip
 duration and by transcript length, CER per speaker, and the worst clips with their
 spectrograms and a player each (an inline, base64 `<audio>` element, the bytes ingest hashed:
-stages/tasks/audio/report.py)."""
-from stages.report.html import card, comparison, esc, num, png_uri, table
-from stages.tasks.audio.report import manifest_hashes, player, source_of
-from stages.tasks.classification.report import eval_file
+stages/report/tasks/sound.py)."""
+from stages.report.facts import eval_file
+from stages.report.html import comparison, esc, metric_cards, num, png_uri, table
+from stages.report.tasks.sound import manifest_hashes, player, source_of
 
 ROWS = 20
 PLAYERS = 8
 LOWER = ("cer", "wer", "cer_beam", "wer_beam")
+
+
+def headline(facts) -> list:
+    return [("test CER", facts.eval.get("cer")), ("test WER", facts.eval.get("wer"))]
 
 
 def sections(facts) -> list[tuple[str, str, str]]:
@@ -16,11 +20,7 @@ def sections(facts) -> list[tuple[str, str, str]]:
 
 
 def evaluation(facts) -> str:
-    metrics = {k: v for k, v in sorted(facts.eval.items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
-                         "lower is better" if k in LOWER else "")
-                    for k, v in metrics.items())
+    cards = metric_cards(facts.eval, LOWER.__contains__)
     by_duration = eval_file(facts, "cer_by_duration.csv")
     duration_rows = [f"<tr><td>{esc(r['seconds'])}</td>"
                      f"{num('cer_by_duration.' + r['seconds'], float(r['cer']))}"
