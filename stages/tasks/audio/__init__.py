@@ -55,15 +55,10 @@ class Audio(SingleLabel):
     _rate = 16000  # prepare's feature rate, set by configure before validate's checks
 
     def param_problems(self, params, others):
-        out = super().param_problems(params, others)
-        prepare = params["prepare"]
-        if isinstance(prepare.image_size, int):
-            out.append(f"prepare.image_size: {prepare.image_size} is an image size; audio takes "
-                       f"auto or its log-mel spec, a mapping such as {{sample_rate: 16000, "
-                       f"n_fft: 512, hop: 160, n_mels: 40, frames: 101}}")
-        if prepare.height:
-            out.append(f"prepare.height: {prepare.height} is for text lines; audio takes 0")
-        return out
+        from stages.lib.modality.audiocore import spec_problems
+
+        return (super().param_problems(params, others)
+                + spec_problems(params["prepare"], self.name, 101))
 
     def configure(self, params):
         from stages.lib.modality.audiocore import spec_of

@@ -62,15 +62,10 @@ class Speech(CtcText):
                 "prepare.image_size": {**SPEC, "frames": FRAMES}}
 
     def param_problems(self, params, others):
-        out = super().param_problems(params, others)
-        prepare = params["prepare"]
-        if isinstance(prepare.image_size, int):
-            out.append(f"prepare.image_size: {prepare.image_size} is an image size; speech "
-                       f"takes auto or its log-mel spec, a mapping such as {{sample_rate: "
-                       f"16000, n_fft: 512, hop: 160, n_mels: 40, frames: 321}}")
-        if prepare.height:
-            out.append(f"prepare.height: {prepare.height} is for text lines; speech takes 0")
-        return out
+        from stages.lib.modality.audiocore import spec_problems
+
+        return (super().param_problems(params, others)
+                + spec_problems(params["prepare"], self.name, 321))
 
     def configure(self, params):
         from stages.lib.modality.audiocore import spec_of
