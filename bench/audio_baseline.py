@@ -137,7 +137,7 @@ def main(run_dir, cpu_seconds, epochs, threads):
     import torch
     import torch.nn.functional as F
 
-    from bench.paired import paired_fit, rates
+    from bench.paired import bare_steps, paired_fit, rates
     from stages.lib.train.determinism import set_deterministic
     from stages.lib.io import read_csv, read_json
     from stages.lib.train.loop import make_optimizer, setup
@@ -193,13 +193,7 @@ def main(run_dir, cpu_seconds, epochs, threads):
     bare_opt = make_optimizer(p, bare_model)
     bare_model.train()
 
-    def bare_step(idx):
-        t = time.perf_counter()
-        loss = task.loss(bare_model(x[idx]), y[idx], p)
-        bare_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        bare_opt.step()
-        return time.perf_counter() - t
+    bare_step = bare_steps(bare_opt, lambda idx: task.loss(bare_model(x[idx]), y[idx], p))
 
     data = (split["train"][0], split["train"][1], split["val"][0], split["val"][1])
     steps = paired_fit(p, run, data, bare_step)

@@ -55,7 +55,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
     import numpy as np
     import torch
 
-    from bench.paired import paired_fit, rates
+    from bench.paired import bare_steps, paired_fit, rates
     from stages.lib.train.determinism import set_deterministic
     from stages.lib.train.loop import make_optimizer, setup
     from stages.lib.model.models import forward_loss
@@ -87,13 +87,7 @@ def main(images, epochs, no_aug, threads, quality, budgets, ablate_at, workdir, 
     bare = TASK.build_model(p.model, meta).train()
     opt = make_optimizer(p, bare)
 
-    def bare_step(idx) -> float:
-        tic = time.perf_counter()
-        loss = forward_loss(bare, x[idx], y[idx], TASK.loss, p)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return time.perf_counter() - tic
+    bare_step = bare_steps(opt, lambda idx: forward_loss(bare, x[idx], y[idx], TASK.loss, p))
 
     steps = paired_fit(p, run, (x, y, x[:32], y[:32]), bare_step)
     stage, bare_rate = rates(steps[1:])

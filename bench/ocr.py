@@ -30,7 +30,7 @@ import click
 def main(epochs, samples, threads, predict_rounds):
     import torch
 
-    from bench.paired import paired_fit, rates
+    from bench.paired import bare_steps, paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks.ocr import TASK
     from stages.lib.train.determinism import set_deterministic
@@ -56,13 +56,7 @@ def main(epochs, samples, threads, predict_rounds):
     torch.manual_seed(p.seed)
     bare_model = TASK.build_model("crnn", meta)
     bare_opt = make_optimizer(p, bare_model)
-    def bare_step(idx):
-        tic = time.perf_counter()
-        loss = TASK.loss(bare_model(x[idx]), y[idx], p)
-        bare_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        bare_opt.step()
-        return time.perf_counter() - tic
+    bare_step = bare_steps(bare_opt, lambda idx: TASK.loss(bare_model(x[idx]), y[idx], p))
 
     bare_model.train()
     steps = paired_fit(p, run, (x, y, x[:64], y[:64]), bare_step)

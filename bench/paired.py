@@ -2,7 +2,8 @@
 
 `paired_fit` runs the stage's own `fit()` and, before each batch it draws, one step of the
 caller's bare loop on the same samples: the machine's drifting speed hits both alike. Shared
-by bench/train.py, bench/segment.py and bench/ocr.py.
+by bench/train.py, bench/segment.py, bench/ocr.py, bench/detect.py and
+bench/audio_baseline.py, with bare_steps for the bare loop.
 """
 import time
 
@@ -38,6 +39,20 @@ def paired_fit(p, run, data, bare_step) -> list[list[tuple[float, float, int]]]:
     finally:
         augment.batches = real_batches
     return steps
+
+
+def bare_steps(opt, loss_of):
+    """paired_fit's bare_step for a plain loop: bare_step(idx) takes loss_of(idx), the loss of
+    the samples idx, through one optimizer step and returns its seconds."""
+    def bare_step(idx) -> float:
+        tic = time.perf_counter()
+        loss = loss_of(idx)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return time.perf_counter() - tic
+
+    return bare_step
 
 
 def rates(epochs) -> tuple[float, float]:

@@ -25,7 +25,7 @@ def train_ratio(epochs: int, samples: int) -> None:
     import torch
     import torch.nn.functional as F
 
-    from bench.paired import paired_fit, rates
+    from bench.paired import bare_steps, paired_fit, rates
     from stages.lib.params import Train
     from stages.tasks import get
     from stages.tasks.segmentation.model import build_model
@@ -46,13 +46,8 @@ def train_ratio(epochs: int, samples: int) -> None:
     torch.manual_seed(p.seed)
     bare_model = build_model(p.model, 4, 3)
     bare_opt = make_optimizer(p, bare_model)
-    def bare_step(idx) -> float:
-        tic = time.perf_counter()
-        loss = F.cross_entropy(bare_model(x[idx]), y[idx].long(), ignore_index=255)
-        bare_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        bare_opt.step()
-        return time.perf_counter() - tic
+    bare_step = bare_steps(bare_opt, lambda idx: F.cross_entropy(
+        bare_model(x[idx]), y[idx].long(), ignore_index=255))
 
     bare_model.train()
     steps = paired_fit(p, run, (x, y, x[:16], y[:16]), bare_step)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 
-from bench.serve_load import Probe, multipart, percentile
+from bench.serve_load import Probe, multipart, percentile, together
 from bench.serve_memory import HEALTH_TARGET_MS, free_port
 
 
@@ -71,11 +71,7 @@ def burst(port, n: int, image: bytes, client_timeout: float, answers=None) -> li
         if answers is not None:
             answers.append(results[i])
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    together(one, n)
     return results
 
 

@@ -86,32 +86,44 @@ def clients(port, n: int, per_client: int, upload, keep_alive: bool) -> list[int
 
     codes, barrier = [], threading.Barrier(n)
 
-    def one(conn, body, kind):
-        try:
-            conn.request("POST", "/predict", body, {"Content-Type": kind})
-            response = conn.getresponse()
-            response.read()
-            codes.append(response.status)
-        except (OSError, http.client.HTTPException):
-            codes.append(0)
-            conn.close()
-
     def run(i):
         body, kind = multipart(*upload(i))
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         barrier.wait()
         for _ in range(per_client):
-            one(conn, body, kind)
+            codes.append(post(conn, "/predict", body, kind))
             if not keep_alive:
                 conn.close()  # the next request opens a new connection
         conn.close()
 
+    together(run, n)
+    return codes
+
+
+def post(conn, path: str, body: bytes, kind: str) -> int:
+    """POST body to path on conn: the answer's status, or 0 (and conn closed) when none came."""
+    import http.client
+
+    try:
+        conn.request("POST", path, body, {"Content-Type": kind})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (OSError, http.client.HTTPException):
+        conn.close()
+        return 0
+
+
+def together(run, n: int, started=None):
+    """run(0) ... run(n - 1), each in its own thread, all started before any is joined; what
+    started() returns, called once they all are (None without it)."""
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
+    out = started() if started is not None else None
     for t in threads:
         t.join()
-    return codes
+    return out
 
 
 def slow_headers(port, n: int, seconds: float) -> list[int]:

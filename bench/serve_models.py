@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.serve_load import free_port, multipart, small_png, start
+from bench.serve_load import free_port, multipart, post, small_png, start, together
 
 
 def phase(port: int, routes: list[str], clients: int, requests: int) -> tuple[float, int]:
@@ -39,23 +39,14 @@ def phase(port: int, routes: list[str], clients: int, requests: int) -> tuple[fl
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         barrier.wait()
         for _ in range(requests):
-            try:
-                conn.request("POST", routes[i % len(routes)], body, {"Content-Type": kind})
-                response = conn.getresponse()
-                response.read()
-                codes.append(response.status)
-            except (OSError, http.client.HTTPException):
-                codes.append(0)
-                conn.close()
+            codes.append(post(conn, routes[i % len(routes)], body, kind))
         conn.close()
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
+    def release():  # every client waits at the barrier: the clock starts as they go
+        barrier.wait()
+        return time.perf_counter()
+
+    began = together(run, clients, release)
     seconds = time.perf_counter() - began
     return len(codes) / seconds, sum(c != 200 for c in codes)
 

@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from stages.tasks.classification.metrics import (bad_case_rows, confusion_png, contact_sheet_png,
-                             expected_calibration_error, headline_metrics, per_class_metrics,
-                             probability_metrics)
+from stages.tasks.common.singlelabel.metrics import (
+    bad_case_rows, confusion_png, contact_sheet_png, expected_calibration_error, headline_metrics,
+    per_class_metrics, probability_metrics)
 from tests.conftest import run_stage
 from tests.fake_model_project import CLASSES, make_fake_project, read_rows
 

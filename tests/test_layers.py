@@ -3,9 +3,12 @@ ast (function-level imports included, and a module named as text to importlib.im
 __import__), points down or sideways, never up, and no modules, nor floors, import each other in
 a cycle.
 
-Floors, from the ground up: stages/lib; stages/report (the report's helpers); stages/tasks (a
-task's report sections use those helpers); the stage modules (stages/<stage>.py and
-`python -m stages.report`); tools/; bench/.
+Floors, from the ground up: stages/lib; stages/report (the report's helpers and each task's
+report sections, stages/report/tasks/) beside stages/tasks, neither importing the other (so no
+report code is a task's, and so train's, code); the stage modules (stages/<stage>.py and
+`python -m stages.report`); tools/; bench/. Within stages/tasks, no task package imports another:
+what tasks share is a family of stages/tasks/common/; likewise no task's report module imports
+another task's.
 """
 import ast
 import functools
@@ -103,7 +106,7 @@ def graph() -> dict[str, list[tuple[str, int]]]:
 ALLOWED = {  # what each floor may import besides itself
     "lib": set(),
     "report": {"lib"},
-    "tasks": {"lib", "report"},
+    "tasks": {"lib"},  # not report: a task's report lives in stages/report/tasks/
     "stage": {"lib", "report", "tasks"},
     "tools": {"lib", "report", "tasks", "stage"},
     "bench": {"lib", "report", "tasks", "stage", "tools"},
@@ -207,6 +210,67 @@ def test_the_checker_sees_a_module_imported_by_name_as_text(tmp_path):
         "stages.lib.c (line 6, a lib module) imports tools.predict (tools)",
         "stages.lib.c (line 7, a lib module) imports stages.tasks (tasks)"]
     assert upward({"stages.prepare": edges[:2]}) == []  # a stage may import a task
+
+
+FAMILIES = ("base", "common")  # stages.tasks.base, stages.tasks.common.*: what tasks share
+
+
+def task_of(module: str, package: str) -> str | None:
+    """The task a module of package (stages.tasks, stages.report.tasks) belongs to: stages.tasks.
+    ocr.checks -> ocr; None for the package itself and for a family (FAMILIES) or, in the
+    report's package, a shared helper module that is not named after a task."""
+    from stages.tasks import available
+
+    if not module.startswith(package + "."):
+        return None
+    name = module[len(package) + 1:].split(".")[0]
+    return name if name not in FAMILIES and name in available() else None
+
+
+def cross_task(edges_of: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """Every import from one task's modules into another task's, in stages/tasks/ (a task
+    package) or in stages/report/tasks/ (a task's report module), as a line of text."""
+    found = []
+    for package in ("stages.tasks", "stages.report.tasks"):
+        for name, edges in edges_of.items():
+            own = task_of(name, package)
+            if own is None:
+                continue
+            found += [f"{name} (line {line}, task {own}) imports {target} (task {other})"
+                      for target, line in edges
+                      for other in [task_of(target, "stages.tasks")
+                                    or task_of(target, "stages.report.tasks")]
+                      if other is not None and other != own]
+    return sorted(found)
+
+
+def test_no_task_imports_another_task():
+    """A task package imports stages.tasks.base and the families of stages/tasks/common/, never
+    another task's package (its code would then be the other task's too, outside its deps);
+    a task's report module (stages/report/tasks/<task>.py) imports no other task's module."""
+    found = cross_task(graph())
+    assert not found, "tasks importing other tasks:\n" + "\n".join(found)
+
+
+def test_the_cross_task_check_sees_a_task_importing_another():
+    """The check fails on the code before the task families: audio subclassed classification
+    and reused its checks; speech's report took audio's players and classification's
+    eval_file. Families and helpers are no task."""
+    edges = {"stages.tasks.audio": [("stages.tasks.classification", 7),
+                                    ("stages.tasks.classification.checks", 8),
+                                    ("stages.tasks.common.singlelabel", 9),
+                                    ("stages.tasks.base", 10)],
+             "stages.report.tasks.speech": [("stages.report.tasks.audio", 6),
+                                            ("stages.report.tasks.sound", 7),
+                                            ("stages.report.facts", 8)],
+             "stages.tasks.common.ctctext": [("stages.tasks.base", 10)]}
+    assert cross_task(edges) == [
+        "stages.report.tasks.speech (line 6, task speech) imports stages.report.tasks.audio "
+        "(task audio)",
+        "stages.tasks.audio (line 7, task audio) imports stages.tasks.classification "
+        "(task classification)",
+        "stages.tasks.audio (line 8, task audio) imports stages.tasks.classification.checks "
+        "(task classification)"]
 
 
 @pytest.mark.parametrize("path, name", [("stages/train.py", "main"),

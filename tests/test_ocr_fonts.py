@@ -256,7 +256,7 @@ def test_the_report_shows_cer_per_font_and_seen_against_unseen():
     from types import SimpleNamespace
 
     from stages.lib.io import csv_bytes, json_bytes
-    from stages.tasks.ocr.report import evaluation
+    from stages.report.tasks.ocr import evaluation
 
     table = [{"group": "DejaVuSerif", "seen": "no", "lines": 3, "characters": 30,
               "cer": "0.100000", "line_accuracy": "0.666667"}]

@@ -455,3 +455,19 @@ def test_the_model_cost_counts_parameters_and_multiply_adds_per_input(tmp_path):
                               input_names=["input"], external_data=False,
                               dynamic_shapes=(dims,))
         assert facts.onnx_cost(onnx.load(str(path))) == cost, name
+
+
+def test_each_task_finds_its_report_module_and_a_task_without_one_gets_none():
+    """stages/report/page.py finds a task's headline and sections in stages/report/tasks/
+    <task>.py (out of the task's, and so train's, code); a task without such a module (a user's
+    own package) gets the generic page only."""
+    from types import SimpleNamespace
+
+    from stages.report.page import task_report
+    from stages.tasks import available
+
+    for name in available():
+        module = task_report(get(name))
+        assert module.__name__ == f"stages.report.tasks.{name}"
+        assert callable(module.headline) and callable(module.sections)
+    assert task_report(SimpleNamespace(name="brightness")) is None

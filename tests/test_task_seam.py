@@ -13,6 +13,7 @@ from stages.lib.params import STAGE_PARAMS
 from tests.conftest import ROOT, measured
 
 BRIGHTNESS = ROOT / "tests/tasks/brightness"
+BRIGHTNESS_REPORT = ROOT / "tests/tasks/brightness_report.py"  # its part of the run report
 
 
 def test_no_stage_module_names_a_task():
@@ -94,11 +95,13 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
                         params={"sample.per_class": 20, "train.epochs": 4})
     shutil.copytree(BRIGHTNESS, root / "stages/tasks/brightness",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(BRIGHTNESS_REPORT, root / "stages/report/tasks/brightness.py")
     set_params(root, {"task": "brightness"})
-    # Only the new task package and params.yaml differ from the project: no stage changed.
+    # Only the new task package, its report module and params.yaml differ from the project: no
+    # stage changed.
     changed = git(root, "status", "--porcelain").split("\n")
-    assert sorted(line[3:] for line in changed if line) == ["params.yaml",
-                                                            "stages/tasks/brightness/"]
+    assert sorted(line[3:] for line in changed if line) == [
+        "params.yaml", "stages/report/tasks/brightness.py", "stages/tasks/brightness/"]
 
     proc = dvc(root, "repro")
     assert re.findall(r"Running stage '([^']+)'", proc.stdout) == [

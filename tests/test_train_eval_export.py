@@ -8,7 +8,7 @@ from stages.lib.model.models import save_model
 from stages.lib.model.parity import compare
 from stages.tasks import load_model
 from stages.lib.params import Train
-from stages.tasks.classification.metrics import headline_metrics
+from stages.tasks.common.singlelabel.metrics import headline_metrics
 from stages.tasks.classification.model import build_model
 from stages.lib.train.augment import epoch_order
 from stages.lib.train.determinism import set_deterministic

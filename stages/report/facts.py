@@ -112,6 +112,14 @@ def not_found(path) -> StageError:
     return StageError(f"{path} not found: run the stage that writes it first (`dvc repro`).")
 
 
+def eval_file(facts: Facts, name: str):
+    """A file evaluate wrote to plots/eval/, parsed (JSON or CSV rows) from the facts' bytes."""
+    if name not in facts.eval_files:
+        raise not_found(EVAL_DIR / name)
+    text = facts.eval_files[name].decode("utf-8")
+    return json.loads(text) if name.endswith(".json") else list(csv.DictReader(io.StringIO(text)))
+
+
 def read_bytes(path) -> bytes:
     path = Path(path)
     if not path.is_file():

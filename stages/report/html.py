@@ -50,6 +50,15 @@ def card(label: str, key: str, value, note: str = "") -> str:
             f'{esc(fmt(value))}</div><div class="note">{esc(note)}</div></div>')
 
 
+def metric_cards(metrics: dict, lower) -> str:
+    """A card per number of `metrics` (bools left out), by key, marked "lower is better" where
+    lower(key) says so."""
+    return "".join(card(k.replace("_", " "), f"eval.{k}", v,
+                        "lower is better" if lower(k) else "")
+                   for k, v in sorted(metrics.items())
+                   if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
 def table(head: list[str], rows: list[str], cls: str = "") -> str:
     klass = f' class="{cls}"' if cls else ""
     ths = "".join(f"<th>{esc(h)}</th>" for h in head)

@@ -1,14 +1,29 @@
 """The whole run report: the header, the generic sections, the task's sections, the footer."""
+import importlib
+from pathlib import Path
+
 from stages.report import sections
 from stages.report.facts import Facts
 from stages.report.html import document, esc, fmt
 
 
+TASKS = Path(__file__).resolve().parent / "tasks"  # each task's report module
+
+
+def task_report(task):
+    """The task's module of stages/report/tasks/ (headline and sections), or None when it has
+    none (a user's own task package): its page then has only the generic parts."""
+    if not (TASKS / f"{task.name}.py").is_file():
+        return None
+    return importlib.import_module(f"stages.report.tasks.{task.name}")
+
+
 def all_sections(facts: Facts, task) -> list[tuple[str, str, str]]:
     """Generic sections before, then the task's own (for classification, the evaluation),
     then generic after."""
+    own = task_report(task)
     return ([(key, title, make(facts)) for key, title, make in sections.BEFORE]
-            + task.report_sections(facts)
+            + (own.sections(facts) if own else [])
             + [(key, title, make(facts)) for key, title, make in sections.AFTER])
 
 
@@ -26,7 +41,8 @@ def render(facts: Facts, task) -> str:
     (untracked) human page."""
     parts = all_sections(facts, task)
     images = sum(sum(v.values()) for v in facts.split.values())
-    tops = [*task.headline(facts), ("test images", facts.eval.get("samples")),
+    own = task_report(task)
+    tops = [*(own.headline(facts) if own else []), ("test images", facts.eval.get("samples")),
             ("images", images), ("ONNX parity", facts.export.get("parity")),
             ("kernels", facts.onnx["metadata"].get("kernels")),
             ("trained on", trained_on(facts.onnx["metadata"].get("trained_on"))),

@@ -17,7 +17,10 @@ stages' params), never kept on it. What a
 model does (a forward that takes the targets, a fixed export batch) its model says, not the
 task: stages/lib/model/models.py reads it.
 
-The order of the sections follows the pipeline.
+The order of the sections follows the pipeline. A task's part of the run report (its headline
+and sections) is not here: it is stages/report/tasks/<name>.py, outside the task's code, so
+that an edit to the report never reruns training. What several tasks share is a family of
+stages/tasks/common/ (single-label, CTC text), never another task's package.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -416,16 +419,6 @@ class Task:
 
         copy_annotations(source, dest, annotations, chosen)
 
-    # ---- report
-
-    def headline(self, facts) -> list:
-        """[(label, value)] shown at the top of the run report."""
-        return []
-
-    def report_sections(self, facts) -> list:
-        """[(id, title, html)] of the task's sections of the run report."""
-        return []
-
 
 def train_of(images: list) -> list:
     """The train images of fit_prepare's facts, or all of them when none is marked train."""
@@ -438,37 +431,3 @@ def fit_channels(images: list) -> tuple:
     return ("prepare.channels", 3 if colour else 1,
             f"{colour} of {len(images)} images are colour" if colour
             else f"all {len(images)} images are grey")
-
-
-class CtcText:
-    """What a task whose model emits CTC frames over a charset (ocr, speech) answers the same
-    way: export's agreement (the same collapsed classes), predict's and serve's text rows and
-    their --beam option. Mixed in before Task: `class OCR(CtcText, Task)`."""
-
-    def agree(self, reference, candidate):
-        import numpy as np
-
-        from stages.tasks.common.ctc import collapse
-
-        return np.array([collapse(a) == collapse(b) for a, b in
-                         zip(reference.argmax(-1), candidate.argmax(-1), strict=True)])
-
-    def describe(self, outputs_row):
-        from stages.tasks.common.ctc import collapse
-
-        return f"decoded classes {collapse(outputs_row.argmax(-1))}"
-
-    prediction_fields = {"text": "string", "confidence": "number"}
-
-    def empty_prediction(self):
-        return {"text": "", "confidence": None}
-
-    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
-
-    def decode(self, outputs, meta, k):
-        """Greedy (the decoder evaluate and export use), or a prefix beam search of width
-        meta["beam"] when predict/serve got --beam (stages/tasks/common/ctc.py: beam)."""
-        from stages.tasks.common.ctc import beam
-
-        width = meta.get("beam") or 1
-        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]

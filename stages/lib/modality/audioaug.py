@@ -12,6 +12,13 @@ could key on). torch is imported inside the function.
 """
 
 
+def knobs(p) -> tuple[int, int, int, int]:
+    """train's SpecAugment params: (time mask width, frequency mask width, masks of each kind,
+    band shift)."""
+    return (int(getattr(p, "aug_time_mask", 0)), int(getattr(p, "aug_freq_mask", 0)),
+            int(getattr(p, "aug_masks", 2)), int(getattr(p, "aug_freq_shift", 0)))
+
+
 def augment(x, p, seed: int):
     """Augment one normalised 1 x n_mels x frames float tensor with SpecAugment masks.
 
@@ -19,10 +26,7 @@ def augment(x, p, seed: int):
     one for the shift, so switching one kind on or off never shifts the other's draws."""
     import torch
 
-    time_w = int(getattr(p, "aug_time_mask", 0))
-    freq_w = int(getattr(p, "aug_freq_mask", 0))
-    masks = int(getattr(p, "aug_masks", 2))
-    shift = int(getattr(p, "aug_freq_shift", 0))
+    time_w, freq_w, masks, shift = knobs(p)
     if not (time_w or freq_w or shift) or masks < 0:
         return x
     u = torch.rand(4 * masks + 1, generator=torch.Generator().manual_seed(seed),
@@ -57,10 +61,7 @@ def augment_batch(x, p, seeds):
     masks copy or fill values, and each clip's fill is its own mean, taken before the shift."""
     import torch
 
-    time_w = int(getattr(p, "aug_time_mask", 0))
-    freq_w = int(getattr(p, "aug_freq_mask", 0))
-    masks = int(getattr(p, "aug_masks", 2))
-    shift = int(getattr(p, "aug_freq_shift", 0))
+    time_w, freq_w, masks, shift = knobs(p)
     if not (time_w or freq_w or shift) or masks < 0:
         return x
     n, _, bands, frames = x.shape

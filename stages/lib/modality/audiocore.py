@@ -43,6 +43,19 @@ def spec_of(image_size) -> dict:
     return spec
 
 
+def spec_problems(prepare, task: str, frames: int) -> list[str]:
+    """Why prepare's params (typed) do not fit a task whose input is this log-mel spectrogram:
+    an image size where the spec goes (`frames` the example's), a text line's height."""
+    out = []
+    if isinstance(prepare.image_size, int):
+        out.append(f"prepare.image_size: {prepare.image_size} is an image size; {task} takes "
+                   f"auto or its log-mel spec, a mapping such as {{sample_rate: 16000, "
+                   f"n_fft: 512, hop: 160, n_mels: 40, frames: {frames}}}")
+    if prepare.height:
+        out.append(f"prepare.height: {prepare.height} is for text lines; {task} takes 0")
+    return out
+
+
 def riff_truncation(head: bytes, size: int) -> str:
     """Why a WAV file (its first bytes and its size) is truncated, or "": libsndfile reads a
     cut-off WAV without an error, as the frames that are there, so its RIFF and data chunk

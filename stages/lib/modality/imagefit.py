@@ -77,23 +77,21 @@ def choose_shape(p, sides: list, colour: int, total: int) -> tuple:
     why = (f"median shorter side of {len(sides)} train images is "
            f"{sides[(len(sides) - 1) // 2] if sides else 0} px, rounded to a multiple of "
            f"{SIZE_MULTIPLE}, at least {AUTO_SIZE_MIN}, at most {AUTO_SIZE_CAP}")
-    if p.image_size == AUTO:
-        size_line = f"prepare.image_size: {size} (auto: {why})"
-    else:
-        size_line = f"prepare.image_size: {p.image_size} (params.yaml)" + (
-            "" if p.image_size == size else f"; auto would choose {size}: {why}")
-        size = p.image_size
+    size, size_line = chosen("image_size", p.image_size, size, why)
     if p.height:  # text lines: image_size is not used
         size_line = f"prepare.image_size: unused (text lines at {p.height} x {p.width})"
-    channels = 3 if colour else 1
     why = (f"{colour} of {total} images are colour" if colour
            else f"all {total} images are grey")
-    if p.channels == AUTO:
-        channels_line = f"prepare.channels: {channels} (auto: {why})"
-    else:
-        channels_line = f"prepare.channels: {p.channels} (params.yaml)" + (
-            "" if p.channels == channels else f"; auto would choose {channels}: {why}")
-        channels = p.channels
+    channels, channels_line = chosen("channels", p.channels, 3 if colour else 1, why)
     return size, channels, [size_line, channels_line]
+
+
+def chosen(key: str, given, auto, why: str) -> tuple:
+    """(value, line) of prepare.<key>: `auto` (what auto chooses, for `why`) when params.yaml
+    says auto, else its own value, the line saying what auto would choose instead."""
+    if given == AUTO:
+        return auto, f"prepare.{key}: {auto} (auto: {why})"
+    return given, f"prepare.{key}: {given} (params.yaml)" + (
+        "" if given == auto else f"; auto would choose {auto}: {why}")
 
 

@@ -1,11 +1,10 @@
 """Audio classification: one label per clip (spoken keywords, sounds), read as a log-mel
 spectrogram by the audio modality (stages/lib/modality/audio.py), a small CNN, and the
-classification task's metrics, outputs and report, with spectrograms and players for the
-worst cases."""
+single-label family's loss, metrics and outputs (stages/tasks/common/singlelabel/), its bad
+cases drawn as spectrograms."""
 from stages.lib.modality.audiogate import RATE_CHECK
 from stages.tasks.audio import annotations
-from stages.tasks.classification import Classification
-from stages.tasks.classification import checks as shared_checks
+from stages.tasks.common.singlelabel import SingleLabel
 
 AUDIO_KEYS = ("validate.min_seconds", "validate.max_seconds", "validate.silence_db",
               "validate.max_clipped", "train.aug_time_mask", "train.aug_freq_mask",
@@ -13,10 +12,13 @@ AUDIO_KEYS = ("validate.min_seconds", "validate.max_seconds", "validate.silence_
 FIT_FRAMES = (26, 301)  # init's frames for one's own data: 0.25 s to 3 s at 10 ms a frame
 
 
-class Audio(Classification):
+class Audio(SingleLabel):
     name = "audio"
     modality_name = "audio"
-    checks = {**shared_checks.CHECKS, **RATE_CHECK}
+    checks = {**SingleLabel.checks, **RATE_CHECK}
+    items = "clips"  # evaluate's words and its spectrogram sheet
+    accuracy_word = "top-1"
+    sheet_cell = (2.8, 1.9)
     letterbox = None  # a clip is never letterboxed
     layouts = ("a folder per class <source>/<class>/<clip>.wav (Speech Commands, with its "
                "validation_list.txt and testing_list.txt), or <source>/labels.tsv with "
@@ -48,22 +50,14 @@ class Audio(Classification):
         ("validate.classes", "[] accepts any folder as a class: list yours"),
     )
     models = ("audio_cnn",)
-    task_keys = (*Classification.task_keys, *AUDIO_KEYS)
+    task_keys = (*SingleLabel.task_keys, *AUDIO_KEYS)
     channels = (1, "auto")
 
-    def model_problem(self, name, others):
-        return super(Classification, self).model_problem(name, others)
-
     def param_problems(self, params, others):
-        out = super().param_problems(params, others)
-        prepare = params["prepare"]
-        if isinstance(prepare.image_size, int):
-            out.append(f"prepare.image_size: {prepare.image_size} is an image size; audio takes "
-                       f"auto or its log-mel spec, a mapping such as {{sample_rate: 16000, "
-                       f"n_fft: 512, hop: 160, n_mels: 40, frames: 101}}")
-        if prepare.height:
-            out.append(f"prepare.height: {prepare.height} is for text lines; audio takes 0")
-        return out
+        from stages.lib.modality.audiocore import spec_problems
+
+        return (super().param_problems(params, others)
+                + spec_problems(params["prepare"], self.name, 101))
 
     def check_settings(self, params):
         """The rate every clip must have: prepare's feature rate (validate's sample_rate)."""
@@ -109,12 +103,12 @@ class Audio(Classification):
         from stages.lib.modality.audiogate import rate_columns
 
         columns, counts = rate_columns(rows, ok, settings["rate"])
-        return {**shared_checks.check_columns(rows, ok, p), **columns}, counts
+        return {**super().check_columns(rows, ok, p, settings)[0], **columns}, counts
 
     def file_expectations(self, p):
         from stages.lib.modality.audiogate import rate_expectations
 
-        return shared_checks.file_expectations(p) + rate_expectations()
+        return super().file_expectations(p) + rate_expectations()
 
     def reason(self, check, row, p, findings, settings):
         if check == "sample_rate":
@@ -128,23 +122,8 @@ class Audio(Classification):
 
         return build_model(name, len(meta["classes"]), meta["channels"])
 
-    def evaluate(self, outputs, targets, paths, images, meta, p):
-        from stages.tasks.audio.metrics import evaluate
-
-        return evaluate(outputs, targets, paths, images, meta["classes"], p)
-
     def subset_annotations(self, source, dest, found, chosen):
         annotations.write_subset_list(source, dest, found, chosen)
-
-    def headline(self, facts):
-        from stages.tasks.audio import report
-
-        return report.headline(facts)
-
-    def report_sections(self, facts):
-        from stages.tasks.audio import report
-
-        return report.sections(facts)
 
 
 TASK = Audio()

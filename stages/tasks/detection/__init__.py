@@ -323,17 +323,6 @@ class Detection(Task):
 
         return decode(outputs, meta)
 
-    # ---- report
-
-    def headline(self, facts):
-        return [("test mAP50", facts.eval.get("map50")),
-                ("test mAP50-95", facts.eval.get("map"))]
-
-    def report_sections(self, facts):
-        from stages.tasks.detection import report
-
-        return report.sections(facts)
-
 
 def export_threshold(params: dict) -> float:
     """export.score_threshold, or evaluate.score_threshold when it is null (params: {section:

@@ -1,23 +1,15 @@
 """Text recognition (OCR): cropped line images with transcripts in (rec_gt.txt, JSONL or
 x.png + x.txt pairs), a small CRNN trained with CTC, CER on the fixed test split, text out."""
-from stages.tasks.base import CtcText, Task
+from stages.tasks.common.ctctext import CtcText
 from stages.tasks.ocr import annotations, checks
 
 FIT_HEIGHT = 32  # tools.init's line height for one's own data (the sample's)
 
 
-class OCR(CtcText, Task):
+class OCR(CtcText):
     name = "ocr"
-    annotation_fields = ("text", "text_sha256")
     checks = checks.CHECKS
-    annotation_errors = ("unlabelled", "missing", "duplicate_entry", "bad_list")
-    meta_keys = ("charset", "blank", "max_len")
-    target_dtype = "int32"  # per line: [length, code, ..., 0 padding]
-    val_metric = "cer"
-    val_higher_is_better = False
-    output_names = ("logits",)  # N x T x (1 + len(charset)); class 0 is the CTC blank
     dynamic_width = 4  # the CRNN's stride (checks.STRIDE): T = width / 4 frames, any width
-    agreement_name = "text_agreement"
 
     def pad_outputs(self, outputs, frames):
         """Blank frames (probability 1: logit 0 for the blank, -inf for every character): the
@@ -28,7 +20,7 @@ class OCR(CtcText, Task):
                       dtype=outputs.dtype)
         pad[..., 0] = 0.0
         return np.concatenate([outputs, pad], axis=1)
-    headline_metric = "cer"
+
     secondary_metrics = ("wer", "line_accuracy")
     # what a project on one's own data starts from (tools.init), and the built-in sample too.
     # near_dup_distance -1: a perceptual hash of a wide line says little of its text, so
@@ -87,12 +79,6 @@ class OCR(CtcText, Task):
             return f"{annotations.LIST} line list (path<TAB>text)"
         return f"JSONL line list ({lists[0]})" if lists else "image + .txt pairs"
 
-    def data_summary(self, rows):
-        texts = [r["text"] for r in rows]
-        chars = {c for t in texts for c in t}
-        return (f"{len(texts)} transcripts, {len(chars)} distinct characters, up to "
-                f"{max(map(len, texts), default=0)} per line")
-
     def fit_prepare(self, images):
         """Lines at FIT_HEIGHT, padded to the widest line's width there (every split's:
         prepare fits them all), rounded up to a multiple of 32."""
@@ -116,9 +102,6 @@ class OCR(CtcText, Task):
     def read_annotations(self, source, listing, settings):
         return annotations.read_annotations(source, listing)
 
-    def annotation_key(self, row):
-        return row["text"]
-
     def check_columns(self, rows, ok, p, settings):
         return checks.check_columns(rows, ok, p, settings["geometry"]), None
 
@@ -128,33 +111,12 @@ class OCR(CtcText, Task):
     def reason(self, check, row, p, findings, settings):
         return checks.reason(check, row, p, settings["geometry"])
 
-    def prepare_meta(self, splits):
-        from stages.lib.io import StageError
-
-        charset = sorted({c for r in splits["train"] for c in r["text"]})
-        if not charset:
-            raise StageError("prepare: the training split holds no characters")
-        return {"charset": charset, "blank": 0,
-                "max_len": max(len(r["text"]) for rows in splits.values() for r in rows)}
-
-    def encoder(self, meta):
-        from stages.lib.io import StageError
-        from stages.tasks.common.ctc import encode
-
-        index = {c: i + 1 for i, c in enumerate(meta["charset"])}
-        if len(index) != len(meta["charset"]):
-            raise StageError("prepare: the charset repeats a character")
-        return lambda row, pixels: encode(row["text"], index, meta["max_len"])
-
     def build_model(self, name, meta):
         from stages.lib.modality.imagecore import input_hw
         from stages.tasks.ocr.model import build_model
 
         height, _ = input_hw(meta["image_size"])
         return build_model(name, 1 + len(meta["charset"]), meta["channels"], height)
-
-    def head(self, model):
-        return "head"  # the linear layer to 1 + len(charset) per frame
 
     def lora_targets(self, model):
         return ["features", "encoder"]  # the conv stack and the 1-D encoder (undilated convs)
@@ -169,22 +131,6 @@ class OCR(CtcText, Task):
 
         return augment_batch(x, p, seeds), y
 
-    def loss(self, outputs, targets, p):
-        """CTC with zero_infinity=True, deliberately: a line CTC cannot align (more labels than
-        frames allow) has an infinite loss, and one such line would make the batch's loss and
-        gradients inf. zero_infinity zeroes that line's loss and gradient instead, which hides
-        it: validate's too_long check is what guarantees no such line reaches training. NaN
-        (a poisoned input) is not hidden: the loss stays NaN and train stops loudly."""
-        from stages.tasks.common.ctc import ctc_loss
-
-        return ctc_loss(outputs, targets, "mean")
-
-    def val_sums(self, outputs, targets):
-        from stages.tasks.common.ctc import ctc_loss, val_cer_sum
-
-        outputs = outputs.float()
-        return ctc_loss(outputs, targets, "sum").item(), val_cer_sum(outputs, targets)
-
     def evaluate(self, outputs, targets, paths, images, meta, p):
         from stages.tasks.common.ctc import scores
         from stages.tasks.ocr.groups import group_metrics, summary
@@ -193,15 +139,6 @@ class OCR(CtcText, Task):
         metrics, files, line = evaluate(outputs, paths, images, meta, p)
         more, more_files = group_metrics(files["predictions.csv"], scores)
         return {**metrics, **more}, {**files, **more_files}, line + summary(more)
-
-    def headline(self, facts):
-        return [("test CER", facts.eval.get("cer")),
-                ("line accuracy", facts.eval.get("line_accuracy"))]
-
-    def report_sections(self, facts):
-        from stages.tasks.ocr import report
-
-        return report.sections(facts)
 
 
 TASK = OCR()

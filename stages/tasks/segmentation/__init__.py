@@ -188,14 +188,5 @@ class Segmentation(Task):
 
         return write_prediction(row, out, self.empty_prediction())
 
-    def headline(self, facts):
-        return [("test foreground mIoU", facts.eval.get("miou_foreground")),
-                ("test mIoU", facts.eval.get("miou"))]
-
-    def report_sections(self, facts):
-        from stages.tasks.segmentation import report
-
-        return report.sections(facts)
-
 
 TASK = Segmentation()

@@ -4,7 +4,7 @@
 test split (greedy and beam), text out. The CTC decoding, loss and text metrics are the ones
 OCR uses (stages/tasks/common/ctc.py)."""
 from stages.lib.modality.audiogate import RATE_CHECK
-from stages.tasks.base import CtcText, Task
+from stages.tasks.common.ctctext import CtcText
 from stages.tasks.speech import annotations, checks
 
 # validate's and train's audio keys the speech task reads (the audio modality's gate and
@@ -17,19 +17,11 @@ MAX_FIT_SECONDS = 30.0  # init: frames cover the longest train clip, up to this
 SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40}
 
 
-class Speech(CtcText, Task):
+class Speech(CtcText):
     name = "speech"
     modality_name = "audio"
     checks = {**checks.CHECKS, **RATE_CHECK}
-    annotation_fields = ("text", "text_sha256")
-    annotation_errors = ("unlabelled", "missing", "duplicate_entry", "bad_list")
-    meta_keys = ("charset", "blank", "max_len")
-    target_dtype = "int32"  # per clip: [length, code, ..., 0 padding]
-    val_metric = "cer"
-    val_higher_is_better = False
-    output_names = ("logits",)  # N x T/2 x (1 + len(charset)); class 0 is the CTC blank
-    agreement_name = "text_agreement"
-    headline_metric = "cer"
+    item = "clip"
     secondary_metrics = ("wer", "clip_accuracy")
     letterbox = None
     channels = (1, "auto")
@@ -67,15 +59,10 @@ class Speech(CtcText, Task):
                 "prepare.image_size": {**SPEC, "frames": FRAMES}}
 
     def param_problems(self, params, others):
-        out = super().param_problems(params, others)
-        prepare = params["prepare"]
-        if isinstance(prepare.image_size, int):
-            out.append(f"prepare.image_size: {prepare.image_size} is an image size; speech "
-                       f"takes auto or its log-mel spec, a mapping such as {{sample_rate: "
-                       f"16000, n_fft: 512, hop: 160, n_mels: 40, frames: 321}}")
-        if prepare.height:
-            out.append(f"prepare.height: {prepare.height} is for text lines; speech takes 0")
-        return out
+        from stages.lib.modality.audiocore import spec_problems
+
+        return (super().param_problems(params, others)
+                + spec_problems(params["prepare"], self.name, 321))
 
     def check_settings(self, params):
         """The CTC length rule's geometry from prepare.image_size: (sample rate, hop, seconds
@@ -94,11 +81,8 @@ class Speech(CtcText, Task):
             annotations.layout_of(set(found.skip) | set(found.values)), self.layouts)
 
     def data_summary(self, rows):
-        texts = [r["text"] for r in rows]
-        chars = {c for t in texts for c in t}
         speakers = {r.get("group") for r in rows if r.get("group")}
-        return (f"{len(texts)} transcripts, {len(chars)} distinct characters, up to "
-                f"{max(map(len, texts), default=0)} per clip, {len(speakers)} speakers")
+        return f"{super().data_summary(rows)}, {len(speakers)} speakers"
 
     def fit_prepare(self, images):
         """The log-mel spec for one's own data: frames holding the longest train clip (from
@@ -131,9 +115,6 @@ class Speech(CtcText, Task):
     def subset_annotations(self, source, dest, found, chosen):
         annotations.write_subset(source, dest, found, chosen)
 
-    def annotation_key(self, row):
-        return row["text"]
-
     def check_columns(self, rows, ok, p, settings):
         from stages.lib.modality.audiogate import rate_columns
 
@@ -153,58 +134,19 @@ class Speech(CtcText, Task):
             return rate_reason(row, settings["geometry"][0], findings)
         return checks.reason(check, row, p, settings["geometry"])
 
-    def prepare_meta(self, splits):
-        from stages.lib.io import StageError
-
-        charset = sorted({c for r in splits["train"] for c in r["text"]})
-        if not charset:
-            raise StageError("prepare: the training split holds no characters")
-        return {"charset": charset, "blank": 0,
-                "max_len": max(len(r["text"]) for rows in splits.values() for r in rows)}
-
-    def encoder(self, meta):
-        from stages.tasks.common.ctc import encode
-
-        index = {c: i + 1 for i, c in enumerate(meta["charset"])}
-        return lambda row, pixels: encode(row["text"], index, meta["max_len"])
-
     def build_model(self, name, meta):
         from stages.lib.modality.audiocore import spec_of
         from stages.tasks.speech.model import build_model
 
         return build_model(name, 1 + len(meta["charset"]), spec_of(meta["image_size"])["n_mels"])
 
-    def head(self, model):
-        return "head"  # the linear layer to 1 + len(charset) per frame
-
     def lora_targets(self, model):
         return ["features.*", "proj.*"]  # the convolutions (the GRU is never adapted)
-
-    def loss(self, outputs, targets, p):
-        """CTC (stages/tasks/common/ctc.py), zero_infinity=True: validate's too_long check is what
-        guarantees no clip CTC cannot align reaches training."""
-        from stages.tasks.common.ctc import ctc_loss
-
-        return ctc_loss(outputs, targets, "mean")
-
-    def val_sums(self, outputs, targets):
-        from stages.tasks.common.ctc import ctc_loss, val_cer_sum
-
-        outputs = outputs.float()
-        return ctc_loss(outputs, targets, "sum").item(), val_cer_sum(outputs, targets)
 
     def evaluate(self, outputs, targets, paths, images, meta, p):
         from stages.tasks.speech.metrics import evaluate
 
         return evaluate(outputs, paths, images, meta, p, self.modality.thumbnail)
-
-    def headline(self, facts):
-        return [("test CER", facts.eval.get("cer")), ("test WER", facts.eval.get("wer"))]
-
-    def report_sections(self, facts):
-        from stages.tasks.speech import report
-
-        return report.sections(facts)
 
 
 TASK = Speech()

@@ -2,7 +2,9 @@
 
 tests/test_task_seam.py copies this package to stages/tasks/brightness/ in a temp project and
 runs `dvc repro` with `task: brightness`, proving a task plugs in without touching a stage. The
-target needs no annotation: it is computed from the pixels the model sees.
+target needs no annotation: it is computed from the pixels the model sees. Its part of the run
+report is not here but in tests/tasks/brightness_report.py, which the test copies to
+stages/report/tasks/brightness.py.
 """
 from stages.tasks.base import Task
 
@@ -57,12 +59,6 @@ class Brightness(Task):
     def decode(self, outputs, meta, k):
         return [{"brightness": round(float(v), 6)} for v in outputs[:, 0]]
 
-    def headline(self, facts):
-        return [("test MAE", facts.eval.get("mae"))]
-
-    def report_sections(self, facts):
-        return [("brightness", "Brightness",
-                 f"<p>Test MAE <b data-key='eval.mae'>{facts.eval.get('mae', 0):.4f}</b></p>")]
 
 
 TASK = Brightness()

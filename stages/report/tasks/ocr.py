@@ -1,10 +1,21 @@
 """The OCR task's part of the run report: headline metrics, accuracy per character class, the
 CER distribution, the worst lines (image, truth, prediction) and the most frequent character
 confusions."""
-from stages.report.html import card, comparison, esc, lower_is_better, num, png_uri, table
-from stages.tasks.classification.report import eval_file
+from stages.report.facts import eval_file
+from stages.report.html import esc, lower_is_better, num, table
+from stages.report.tasks.transcripts import lead, worst_sheet
 
 ROWS = 20
+
+
+def lower(key: str) -> bool:
+    """Whether a lower value of metrics/eval.json's key is better."""
+    return lower_is_better(key) or key in ("cer", "wer")
+
+
+def headline(facts) -> list:
+    return [("test CER", facts.eval.get("cer")),
+            ("line accuracy", facts.eval.get("line_accuracy"))]
 
 
 def sections(facts) -> list[tuple[str, str, str]]:
@@ -12,11 +23,6 @@ def sections(facts) -> list[tuple[str, str, str]]:
 
 
 def evaluation(facts) -> str:
-    metrics = {k: v for k, v in sorted(facts.eval.items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
-                         "lower is better" if lower_is_better(k) or k in ("cer", "wer") else "")
-                    for k, v in metrics.items())
     per_class = eval_file(facts, "per_class.json")
     class_rows = [f"<tr><td>{esc(c)}</td>{num(f'per_class.{c}', a)}</tr>"
                   for c, a in per_class.items()]
@@ -40,13 +46,8 @@ def evaluation(facts) -> str:
                   f"seen: training had lines of it)</span></h3>"
                   f"{table(['group', 'seen in train', 'CER', 'lines'], group_rows, 'narrow')}"
                   if group_rows else "")
-    png = facts.eval_files.get("bad_cases.png")
-    sheet = (f'<img class="sheet" alt="worst test lines: image, truth, prediction" '
-             f'src="{png_uri(png)}">' if png else "<p class=\"muted\">No line is wrong.</p>")
-    return f"""
-<p class="lead">On the fixed test split: {facts.eval.get('lines', 0):,} lines,
-{len(bad)} with at least one error.</p>
-<div class="cards">{cards}</div>{comparison(facts.eval)}
+    sheet = worst_sheet(facts, "worst test lines: image, truth, prediction", "line")
+    return lead(facts, "lines", len(bad), lower) + f"""
 <div class="grid2">
 <div><h3>Accuracy per character class</h3>
 {table(["class", "accuracy"], class_rows, "numeric")}</div>

@@ -1,8 +1,9 @@
-"""Classification metrics on the fixed test split, and the files that explain them.
+"""Single-label metrics (classification, audio) on the fixed test split, and the files that
+explain them.
 
 Metrics come from scikit-learn; only the expected calibration error (which scikit-learn lacks)
 is a few lines of numpy. Besides the headline numbers: per-class scores, a confusion matrix (data
-for DVC and a PNG), and every misclassified image, most confident mistakes first, with a contact
+for DVC and a PNG), and every misclassified input, most confident mistakes first, with a contact
 sheet of the worst.
 """
 from stages.lib.charts import png_bytes
@@ -137,9 +138,12 @@ def contact_sheet_png(images, rows: list[dict], thumbnail=None, cell=(2.4, 2.6),
     return png_bytes(fig)
 
 
-def evaluate(logits, y, paths, images, classes, p) -> tuple:
-    """(headline, {file name: bytes}, summary line) of a test run: see Task.evaluate."""
-    from stages.tasks.classification.outputs import softmax
+def evaluate(logits, y, paths, images, classes, p, thumbnail=None, cell=(2.4, 2.6),
+             what="images", accuracy="accuracy") -> tuple:
+    """(headline, {file name: bytes}, summary line) of a test run: see Task.evaluate. The bad
+    cases are drawn by `thumbnail` in a `cell` (contact_sheet_png); `what` the inputs are and
+    what the summary calls `accuracy` are the task's words (audio: clips, top-1)."""
+    from stages.tasks.common.singlelabel.outputs import softmax
 
     probs = softmax(logits.astype("float64"))  # scipy's algorithm: exp(x - max) / sum
     pred = probs.argmax(1)
@@ -158,9 +162,10 @@ def evaluate(logits, y, paths, images, classes, p) -> tuple:
                                        for c, m in per_class.items()], ["class", "f1"]),
         "confusion.png": confusion_png(y, pred, classes),
         "bad_cases.csv": csv_bytes(bad, ["path", "true", "predicted", "confidence", "top3"]),
-        "bad_cases.png": contact_sheet_png([images[index[r["path"]]] for r in worst], worst),
+        "bad_cases.png": contact_sheet_png([images[index[r["path"]]] for r in worst], worst,
+                                           thumbnail, cell, what),
     }
-    summary = (f"test accuracy {metrics['accuracy']:.4f}, balanced "
-               f"{metrics['balanced_accuracy']:.4f}, ECE {metrics['ece']:.4f} on {len(y)} images; "
-               f"{len(bad)} misclassified")
+    summary = (f"test {accuracy} {metrics['accuracy']:.4f}, balanced "
+               f"{metrics['balanced_accuracy']:.4f}, ECE {metrics['ece']:.4f} on {len(y)} "
+               f"{what}; {len(bad)} misclassified")
     return metrics, files, summary

@@ -1,30 +1,14 @@
-"""The classification task's part of the run report: the evaluation section (headline metrics,
-per-class scores, confusion matrix, bad cases) and the header's headline numbers.
-
-`sections(facts)` returns (id, title, html) triples; the report puts them after its generic
-sections on the data and training and before the export.
-"""
-import csv
-import io
-import json
+"""The single-label family's evaluation section (classification, audio): headline metrics,
+per-class scores, confusion matrix and bad cases, from the files the family's evaluate writes
+(stages/tasks/common/singlelabel/metrics.py)."""
 from collections import Counter
 
-from stages.report.facts import EVAL_DIR, Facts, not_found
-from stages.report.html import (card, class_key, comparison, esc, flatten, lower_is_better,
-                                num, png_uri, table)
+from stages.report.facts import EVAL_DIR, Facts, eval_file
+from stages.report.html import (class_key, comparison, esc, flatten, lower_is_better,
+                                metric_cards, num, png_uri, table)
 
 BAD_CASE_ROWS = 50  # rows of plots/eval/bad_cases.csv listed under the contact sheet
 BAD_CASES_PNG = EVAL_DIR / "bad_cases.png"
-
-
-def headline(facts: Facts) -> list[tuple[str, object]]:
-    """(label, value) pairs for the page header; a None value is left out."""
-    return [("test accuracy", facts.eval.get("accuracy")),
-            ("macro F1", facts.eval.get("f1_macro"))]
-
-
-def sections(facts: Facts) -> list[tuple[str, str, str]]:
-    return [("evaluation", "Evaluation", evaluation(facts))]
 
 
 def confusion_counts(rows: list[dict]) -> tuple[list[str], dict[tuple[str, str], int]]:
@@ -33,25 +17,13 @@ def confusion_counts(rows: list[dict]) -> tuple[list[str], dict[tuple[str, str],
     return classes, dict(counts)
 
 
-def eval_file(facts: Facts, name: str):
-    """A file evaluate wrote to plots/eval/, parsed (JSON or CSV rows) from the facts' bytes."""
-    if name not in facts.eval_files:
-        raise not_found(EVAL_DIR / name)
-    text = facts.eval_files[name].decode("utf-8")
-    return json.loads(text) if name.endswith(".json") else list(csv.DictReader(io.StringIO(text)))
-
-
 def evaluation(facts: Facts) -> str:
     per_class = eval_file(facts, "per_class.json")
     confusion_rows = eval_file(facts, "confusion.csv")
     bad_rows = eval_file(facts, "bad_cases.csv")
     bad_png = facts.eval_files.get(BAD_CASES_PNG.name)
-    metrics = {k: v for k, v in sorted(flatten(facts.eval).items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)
-               and not k.startswith("compare_with.")}
-    cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
-                         "lower is better" if lower_is_better(k) else "")
-                    for k, v in metrics.items())
+    cards = metric_cards({k: v for k, v in flatten(facts.eval).items()
+                          if not k.startswith("compare_with.")}, lower_is_better)
     classes = sorted(per_class, key=class_key)
     worst = min((per_class[c].get("f1", 1.0) for c in classes), default=1.0)
     class_rows = []

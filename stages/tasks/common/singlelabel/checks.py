@@ -1,4 +1,5 @@
-"""The classification gate's own checks: labels, expected classes and class balance."""
+"""The single-label gate's own checks (classification, audio): labels, expected classes and
+class balance."""
 from collections import Counter
 
 from stages.tasks.base import BLOCKING, DATASET

@@ -1,18 +1,12 @@
 """The segmentation task's part of the run report: mIoU/Dice per class, the pixel confusion
 matrix and the overlay grid of the worst test images (image | truth | prediction)."""
-import csv
-import io
-import json
-
-from stages.report.facts import EVAL_DIR, Facts, not_found
+from stages.report.facts import Facts, eval_file
 from stages.report.html import card, comparison, esc, num, png_uri, table
 
 
-def eval_file(facts: Facts, name: str):
-    if name not in facts.eval_files:
-        raise not_found(EVAL_DIR / name)
-    text = facts.eval_files[name].decode("utf-8")
-    return json.loads(text) if name.endswith(".json") else list(csv.DictReader(io.StringIO(text)))
+def headline(facts: Facts) -> list:
+    return [("test foreground mIoU", facts.eval.get("miou_foreground")),
+            ("test mIoU", facts.eval.get("miou"))]
 
 
 def sections(facts: Facts) -> list:

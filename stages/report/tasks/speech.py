@@ -1,14 +1,19 @@
 """The speech task's part of the run report: CER and WER (greedy and beam), CER by clip
 duration and by transcript length, CER per speaker, and the worst clips with their
 spectrograms and a player each (an inline, base64 `<audio>` element, the bytes ingest hashed:
-stages/tasks/audio/report.py)."""
-from stages.report.html import card, comparison, esc, num, png_uri, table
-from stages.tasks.audio.report import manifest_hashes, player, source_of
-from stages.tasks.classification.report import eval_file
+stages/report/tasks/sound.py)."""
+from stages.report.facts import eval_file
+from stages.report.html import esc, num, table
+from stages.report.tasks.sound import manifest_hashes, player, source_of
+from stages.report.tasks.transcripts import lead, worst_sheet
 
 ROWS = 20
 PLAYERS = 8
 LOWER = ("cer", "wer", "cer_beam", "wer_beam")
+
+
+def headline(facts) -> list:
+    return [("test CER", facts.eval.get("cer")), ("test WER", facts.eval.get("wer"))]
 
 
 def sections(facts) -> list[tuple[str, str, str]]:
@@ -16,11 +21,6 @@ def sections(facts) -> list[tuple[str, str, str]]:
 
 
 def evaluation(facts) -> str:
-    metrics = {k: v for k, v in sorted(facts.eval.items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    cards = "".join(card(k.replace("_", " "), f"eval.{k}", v,
-                         "lower is better" if k in LOWER else "")
-                    for k, v in metrics.items())
     by_duration = eval_file(facts, "cer_by_duration.csv")
     duration_rows = [f"<tr><td>{esc(r['seconds'])}</td>"
                      f"{num('cer_by_duration.' + r['seconds'], float(r['cer']))}"
@@ -42,13 +42,8 @@ def evaluation(facts) -> str:
                 f"<td>{esc(r['seconds'])}</td><td>"
                 + (player(source, r["path"], hashes.get(r["path"], "")) if i < PLAYERS else "")
                 + "</td></tr>" for i, r in enumerate(bad[:ROWS])]
-    png = facts.eval_files.get("bad_cases.png")
-    sheet = (f'<img class="sheet" alt="worst test clips: spectrogram, truth, prediction" '
-             f'src="{png_uri(png)}">' if png else "<p class=\"muted\">No clip is wrong.</p>")
-    return f"""
-<p class="lead">On the fixed test split: {facts.eval.get('clips', 0):,} clips,
-{len(bad)} with at least one error.</p>
-<div class="cards">{cards}</div>{comparison(facts.eval)}
+    sheet = worst_sheet(facts, "worst test clips: spectrogram, truth, prediction", "clip")
+    return lead(facts, "clips", len(bad), LOWER.__contains__) + f"""
 <div class="grid2">
 <div><h3>CER by clip duration <span class="muted small">(bins of 0.5 s, from)</span></h3>
 {table(["seconds", "CER", "clips"], duration_rows, "numeric")}</div>

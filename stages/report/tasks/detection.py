@@ -13,6 +13,11 @@ def image(facts: Facts, name: str, alt: str) -> str:
     return f'<img class="sheet" alt="{esc(alt)}" src="{png_uri(data)}">'
 
 
+def headline(facts: Facts) -> list:
+    return [("test mAP50", facts.eval.get("map50")),
+            ("test mAP50-95", facts.eval.get("map"))]
+
+
 def sections(facts: Facts) -> list:
     ev = facts.eval
     cards = "".join(card(label, f"eval.{key}", ev[key], "")
