@@ -24,7 +24,7 @@ def test_a_stage_gets_what_it_declares_and_nothing_else():
     with pytest.raises(StageError, match=r"stage split read `validate\.min_side`, which it does "
                                          r"not declare: add 'validate\.min_side' to "
                                          r"STAGE_PARAMS\['split'\].*dvc\.yaml"):
-        split["validate"].min_side
+        split["validate"].min_side  # noqa: B018 (the read is what is refused)
     with pytest.raises(StageError, match=r"stage split read `train`"):
         split["train"]
     # prepare's placement keys are read undeclared, by name (stages/lib/door.py says why)
