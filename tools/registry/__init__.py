@@ -20,4 +20,10 @@ import click
 
 
 class RegistryError(click.ClickException):
-    """What the registry refuses, and the fix; click prints `Error: ...`, exit code 1."""
+    """What the registry refuses, and the fix; click prints `Error: ...`, exit code 1. A
+    URL's userinfo (user:token@) never reaches the message."""
+
+    def __init__(self, message: str):
+        from tools.registry.safety import public
+
+        super().__init__(public(message))
