@@ -51,8 +51,12 @@ def resolve(repo: str, name: str, version: str | None, stage: str | None) -> dic
 
 def stage_version(repo: str, name: str, stage: str) -> str:
     """The version GTO has active in stage (the newest, when several are)."""
-    from tools.registry.models import semver
+    import re
+
     from tools.registry.safety import gto_versions, public
+
+    def semver(v: str) -> tuple:
+        return tuple(int(p) for p in re.findall(r"\d+", v)[:3])
 
     active = [v["version"] for v in gto_versions(repo, name)
               if any(s.get("stage") == stage and s.get("is_active") for s in v.get("stages", []))]

@@ -13,17 +13,11 @@ import re
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from tools.registry import RegistryError
+from tools.registry import RegistryError, public  # noqa: F401 - public: shared here
 
 MD5 = re.compile(r"^[0-9a-f]{32}$")
-USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
 URL = re.compile(r"(?i)^[a-z][a-z0-9+.-]*://|^[^/\s]+@[^/\s]+:")  # scheme://, or user@host:path
 SHOWN = 120  # characters of an echoed user value in a message
-
-
-def public(text) -> str:
-    """text with the userinfo of every URL in it removed (`https://host/repo.git`)."""
-    return USERINFO.sub(r"\1", str(text))
 
 
 def public_facts(facts: dict) -> dict:
