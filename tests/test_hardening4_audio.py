@@ -3,6 +3,7 @@
 blocks, refuses sample rates outside MIN_RATE..MAX_RATE, counts the resampler in the decode
 cost and keeps a bounded amount of resampler filter tables."""
 import io
+from pathlib import Path
 import tracemalloc
 
 import numpy as np
@@ -84,3 +85,63 @@ def test_the_decode_cost_covers_the_resampler_and_its_tables_are_bounded(tmp_pat
     assert (rate, 16000) not in audiocore._TAPS
     with pytest.raises(BadInput, match="decode budget"):  # so serve's budget can refuse it
         audio.read_header(io.BytesIO(data), 1, 0, 64 * 2**20, SPEC)
+
+
+@pytest.fixture(scope="module")
+def audio_model(tmp_path_factory):
+    """A tiny audio classifier (log-mel input, constant logits favouring `yes`), with the
+    metadata the export stage writes; written with onnx's helper, no training."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["input"], ["flat"]),
+         helper.make_node("MatMul", ["flat", "w"], ["mm"]),
+         helper.make_node("Add", ["mm", "b"], ["logits"])],
+        "audio", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", 1, 40, 101])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", 2])],
+        [numpy_helper.from_array(np.zeros((40 * 101, 2), np.float32), "w"),
+         numpy_helper.from_array(np.array([0.0, 4.0], np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    for key, value in {"task": "audio", "image_size": SPEC, "channels": 1, "mean": [0.5],
+                       "std": [0.5], "classes": ["no", "yes"]}.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, json.dumps(value)
+    path = tmp_path_factory.mktemp("audio_model") / "audio.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_predict_writes_an_error_row_and_serve_answers_422(audio_model, tmp_path):
+    """Item 5 end to end: predict and serve used to label these clips (200 `ok`)."""
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import run_tool
+    from tools.inference import load
+    from tools.serve.app import create_app
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    wav(clips / "ok.wav", tone(16000))
+    bad = tone(16000)
+    bad[7] = np.nan
+    wav(clips / "nan.wav", bad, subtype="FLOAT")
+    wav(clips / "eight.wav", tone(16000, channels=8))
+    proc = run_tool("predict", clips, "--model", audio_model, "--out", "-")
+    rows = {Path(r["path"]).name: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert rows["ok.wav"]["label"] == "yes" and rows["ok.wav"]["error"] == ""
+    assert rows["nan.wav"]["label"] == "" and "nonfinite" in rows["nan.wav"]["error"]
+    assert rows["eight.wav"]["label"] == "" and "8 channels" in rows["eight.wav"]["error"]
+    with TestClient(create_app(load("onnxruntime", audio_model))) as client:
+        refused = client.post("/predict", files=[("files", ("nan.wav",
+                                                            (clips / "nan.wav").read_bytes()))])
+        assert refused.status_code == 422 and "nonfinite" in refused.json()["detail"]
+        mixed = client.post("/predict", files=[
+            ("files", ("ok.wav", (clips / "ok.wav").read_bytes())),
+            ("files", ("eight.wav", (clips / "eight.wav").read_bytes()))])
+        assert mixed.status_code == 200 and mixed.json()["status"] == "partial"
