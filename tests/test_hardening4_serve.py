@@ -112,8 +112,10 @@ def test_a_version_that_fails_its_first_inference_changes_nothing(repo, png):
     git(repo, "commit", "-qm", "a model that fails")
     dvc(repo, "push", "-q")
     register(repo, "ocr", "v0.3.0")
+    register(repo, "detector", "v0.2.0")  # the same bytes: loads and runs
     with serve(repo, "detector#prod", "ocr#prod") as (url, proc):
-        assign(repo, "detector", "v0.1.0", stage="staging")  # unchanged by the reload
+        # detector's new slot is started first, then ocr's fails: both stay as they were
+        assign(repo, "detector", "v0.2.0")
         assign(repo, "ocr", "v0.3.0")
         failed = httpx.post(f"{url}/admin/reload", timeout=60)
         assert failed.status_code == 409, failed.text
@@ -121,6 +123,8 @@ def test_a_version_that_fails_its_first_inference_changes_nothing(repo, png):
         assert detail.startswith("reload failed, nothing changed: ocr: ") and "\n" not in detail
         answer = httpx.post(f"{url}/predict/ocr", files=[("files", ("x.png", png))]).json()
         assert served_by(answer) == ("ocr", "v0.1.0")
+        answer = httpx.post(f"{url}/predict/detector", files=[("files", ("x.png", png))]).json()
+        assert served_by(answer) == ("detector", "v0.1.0")
         proc.send_signal(signal.SIGHUP)
         log = repo.parent / "serve.log"
         wait_for(lambda: "SIGHUP: reload failed, nothing changed: ocr: " in log.read_text(),
