@@ -230,7 +230,9 @@ def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
 
 def describe(model: Model, metrics_path=None) -> dict:
     """What GET /model returns: classes, input, provenance, eval metrics when present."""
-    out = {"backend": model.backend, "file": model.path, "version": model.version,
+    # no local path in the public card: a file's name, a registered model's path in its
+    # repository (never the cache's); the registry's URL without userinfo, a local one left out
+    out = {"backend": model.backend, "file": Path(str(model.path)).name, "version": model.version,
            "sha256": model.sha256, "weights_sha256": model.weights_sha256,
            "task": model.task.name,
            "classes": [str(c) for c in model.classes],
@@ -238,7 +240,10 @@ def describe(model: Model, metrics_path=None) -> dict:
                      "mean": model.mean, "std": model.std},
            "provenance": model.info, "metrics": None}
     if model.registry:  # its own metrics (the tag message), not the working directory's
-        out["registry"] = {k: v for k, v in model.registry.items() if k != "metrics"}
+        from tools.registry.safety import public_facts
+
+        out["registry"] = public_facts(model.registry)
+        out["file"] = model.registry.get("path", out["file"])
         out["metrics"] = model.registry.get("metrics")
     elif metrics_path and Path(metrics_path).is_file():
         out["metrics"] = json.loads(Path(metrics_path).read_text())

@@ -52,15 +52,29 @@ SEVERAL_HELP = ("Model file, or a registered model: NAME@v1.2.0, NAME#prod (the 
                 "models/model.onnx (onnxruntime), models/model.pt (torch) or "
                 "models/openvino/model.xml (openvino).")
 
+def not_empty(ctx, param, value):
+    """An empty --model or --registry (an unset variable in a script: `--model "$MODEL"`) is
+    a usage error, not the default."""
+    for one in value if isinstance(value, tuple) else (value,):
+        if one is not None and not str(one).strip():
+            raise click.BadParameter("is empty (an unset variable?): give a model file or a "
+                                     "registered name (NAME#prod), or leave the option out "
+                                     "for the default" if param.name == "model_path" else
+                                     "is empty (an unset variable?): give the registry's "
+                                     "path or URL, or leave it out for this repository")
+    return value
+
+
 _MODEL_OPTIONS = [
     click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+                 callback=not_empty,
                  help="Model file, or a registered model: NAME@v1.2.0, NAME#prod (the version "
                       "a stage points at) or NAME (the latest version), fetched once into the "
                       "model cache and hash-checked before every load (docs/registry.md). "
                       "Default: models/model.onnx (onnxruntime), models/model.pt (torch) or "
                       "models/openvino/model.xml (openvino). The int8 model: "
                       "models/int8/model.int8.onnx with onnxruntime."),
-    click.option("--registry", default=None, metavar="GIT_URL",
+    click.option("--registry", default=None, metavar="GIT_URL", callback=not_empty,
                  help="The git repository (a path or any URL git clone takes) whose registry "
                       "--model NAME... is looked up in. Default: the one the working "
                       "directory is in."),
@@ -98,7 +112,7 @@ def model_options(func=None, *, several: bool = False):
     def add(func):
         options = list(_MODEL_OPTIONS)
         if several:
-            options[0] = click.option("--model", "model_path", multiple=True,
+            options[0] = click.option("--model", "model_path", multiple=True, callback=not_empty,
                                       metavar="MODEL", help=SEVERAL_HELP)
         for option in reversed(options):
             func = option(func)

@@ -18,10 +18,12 @@ import click
               help="Folder of .ttf/.otf/.ttc font files (searched recursively).")
 @click.option("--words", "words", required=True, type=click.Path(path_type=Path),
               help="UTF-8 word list or corpus: whitespace-separated tokens.")
-@click.option("--lines", "lines", required=True, type=click.IntRange(min=1),
-              help="Lines to render (fonts in turn: line i uses font i mod #fonts).")
+@click.option("--lines", "lines", required=True, type=click.IntRange(1, 1_000_000),
+              help="Lines to render, at most 1,000,000 (fonts in turn: line i uses font i mod "
+                   "#fonts).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
-              help="Folder to write (replaced whole when it is an earlier synth_ocr out).")
+              help="A new folder to write, or one synth_ocr wrote before (it holds its "
+                   ".synth_ocr marker), replaced whole; any other existing path is refused.")
 @click.option("--seed", default=0, show_default=True, help="Line i draws from (seed, i).")
 @click.option("--charset", default="", help="Keep only words made of these characters.")
 @click.option("--holdout", multiple=True,
@@ -32,13 +34,17 @@ import click
                    "listed with group `real`: --lines then sets the synthetic share.")
 @click.option("--height", default=32, show_default=True, type=click.IntRange(min=8),
               help="Written line height in pixels.")
-def main(fonts, words, lines, out, seed, charset, holdout, real, height):
+@click.option("--max-aspect", default=2.0, show_default=True, type=click.FloatRange(min=0),
+              help="validate.max_aspect of the pipeline the lines are for: a line taller than "
+                   "wide by more is drawn again (0: no check).")
+def main(fonts, words, lines, out, seed, charset, holdout, real, height, max_aspect):
     """Render synthetic text lines from font files into a data.source folder."""
     from stages.tasks.ocr.synth import Style, synthesize
 
     try:
         counts = synthesize(fonts, words, lines, out, seed, charset, tuple(holdout),
-                            Style(height=height), real_lines(real) if real else ())
+                            Style(height=height), real_lines(real) if real else (), real,
+                            max_aspect)
     except (ValueError, OSError) as exc:
         click.echo(f"synth_ocr: {exc}", err=True)
         sys.exit(2)

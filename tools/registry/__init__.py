@@ -16,8 +16,21 @@ This package adds only what they do not check or show (docs/registry.md):
 
 Nothing here imports torch; gto and dvc load only when a command runs.
 """
+import re
+
 import click
+
+USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
+
+
+def public(text) -> str:
+    """text with the userinfo of every URL in it removed (`https://host/repo.git`)."""
+    return USERINFO.sub(r"\1", str(text))
 
 
 class RegistryError(click.ClickException):
-    """What the registry refuses, and the fix; click prints `Error: ...`, exit code 1."""
+    """What the registry refuses, and the fix; click prints `Error: ...`, exit code 1. A
+    URL's userinfo (user:token@) never reaches the message."""
+
+    def __init__(self, message: str):
+        super().__init__(public(message))

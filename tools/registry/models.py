@@ -38,15 +38,31 @@ class Ref:
                             f"#{self.stage}" if self.stage else "")
 
 
+MAX_NAME = 200  # characters of a reference (GTO's names are far shorter)
+
+
 def parse(text) -> Ref | None:
     """A registry reference, or None for a file path: an existing file, anything with a file
-    suffix or a folder (models/model.onnx), is a path, as before."""
+    suffix or a folder (models/model.onnx), is a path, as before. A missing path that holds
+    `@` or `#`, whitespace at an end, a control or format character (U+202E), or is longer
+    than MAX_NAME is a malformed reference: a RegistryError naming the forms (it would
+    otherwise read as a missing file: "run the export stage first")."""
+    import unicodedata
+
     if text is None or os.path.exists(text):
         return None
-    m = REF.match(str(text))
-    if not m or ("/" in m["name"] and ":" not in m["name"]):
-        return None
-    return Ref(m["name"], m["version"], m["stage"])
+    text = str(text)
+    m = REF.match(text)
+    if m and len(text) <= MAX_NAME and not ("/" in m["name"] and ":" not in m["name"]):
+        return Ref(m["name"], m["version"], m["stage"])
+    odd = any(unicodedata.category(c)[0] in "CZ" and c != " " for c in text)
+    if "@" in text or "#" in text or text != text.strip() or odd or len(text) > MAX_NAME:
+        from tools.registry.safety import clip
+
+        raise RegistryError(f"--model {clip(text)}: not a file, and not a registered model "
+                            f"reference: give NAME@v1.2.0 (semver with a v), NAME#STAGE or "
+                            f"NAME (letters, digits, - and _; at most {MAX_NAME} characters)")
+    return None
 
 
 def cache_root() -> Path:
@@ -74,26 +90,28 @@ def resolve(ref: Ref, registry: str | None) -> dict:
     md5, metrics, registry}. The commit is dvc.api.artifacts_show's; the version the GTO tag
     of that commit (the one asked for); stage the stages that version is in, comma-joined."""
     from dvc.api import DVCFileSystem
-    from gto.api import show
 
     from tools.registry.fetch import lock_md5, resolve as artifacts_show
     from tools.registry.message import parse as parse_message
+    from tools.registry.safety import gto_versions, public
 
     registry = registry or default_registry()
     where = artifacts_show(registry, ref.name, ref.version, ref.stage)
     rev, path = where["rev"], where["path"]
-    rows = [v for v in show(registry, ref.name, table=False)
+    version = where.get("version") or ref.version  # a stage's: GTO's active version
+    rows = [v for v in gto_versions(registry, ref.name)
             if v.get("registrations") and v["commit_hexsha"] == rev
-            and (not ref.version or v["version"] == ref.version)]
+            and (not version or v["version"] == version)]
     if not rows:
         raise RegistryError(f"artifact {ref}: commit {rev[:8]} has no registered version in "
-                            f"{registry}: register one (python -m tools.registry register)")
+                            f"{public(registry)}: register one (python -m tools.registry "
+                            f"register)")
     def active(v) -> list:
         return sorted(s["stage"] for s in v.get("stages", []) if s.get("is_active"))
 
     if ref.stage:  # two versions of one commit: the one in the stage
         rows = [v for v in rows if ref.stage in active(v)] or rows
-    row = rows[0] if ref.version else max(rows, key=lambda v: semver(v["version"]))
+    row = rows[0] if version else max(rows, key=lambda v: semver(v["version"]))
     stages = active(row)
     facts = parse_message(row["registrations"][-1].get("message", ""))
     fs = DVCFileSystem(registry, rev=rev)
@@ -112,13 +130,20 @@ def cached(found: dict) -> Path:
     """The checked local copy of a resolved version: fetched into the cache (keyed by its md5)
     when absent, then its md5 checked against dvc.lock's, as before every load."""
     from tools.registry.fetch import download_checked, md5_of
+    from tools.registry.safety import cache_error, cache_file, checked_md5
 
-    want = found["md5"]
-    dest = cache_root() / want[:2] / want[2:] / Path(found["path"]).name
+    want = checked_md5(found["md5"], "dvc.lock", found["commit"], found["path"])
+    root = cache_root()
+    dest = cache_file(root, want, found["path"])
     label = f"artifact {found['artifact']} {found['version']}"
-    if not dest.is_file():
-        download_checked(found["_fs"], found["path"], want, dest, label, found["commit"])
-    got = md5_of(dest)
+    try:
+        if dest.is_dir():
+            raise IsADirectoryError(dest)
+        if not dest.is_file():
+            download_checked(found["_fs"], found["path"], want, dest, label, found["commit"])
+        got = md5_of(dest)
+    except OSError as exc:
+        raise cache_error(root, dest, exc) from None
     if got != want:
         raise RegistryError(f"{label}: the cached copy {dest} has md5 {got}, but commit "
                             f"{found['commit'][:8]}'s dvc.lock records {want}: it is corrupt. "
@@ -143,8 +168,11 @@ def fetch(text, registry: str | None) -> tuple[Path, dict]:
                                 f"NAME#prod or NAME), and {text} is a file path: drop "
                                 f"--registry or name the model")
         return text, {}
-    found = resolve(ref, registry)
-    path = cached(found)
+    from tools.registry.safety import clean_clones
+
+    with clean_clones():  # a bare or URL registry: DVC's clone and cache go after the fetch
+        found = resolve(ref, registry)
+        path = cached(found)
     return path, {**{k: v for k, v in found.items() if not k.startswith("_")},
                   "cached": str(path)}
 

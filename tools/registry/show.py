@@ -7,10 +7,22 @@ from tools.registry.message import parse
 def rows(repo: str = ".") -> list[dict]:
     """One row per registered version of every artifact GTO knows in repo (a path or URL)."""
     from gto.api import show
+    from gto.exceptions import GTOException
 
+    from tools.registry.safety import check_registry, gto_versions, unreadable
+
+    check_registry(repo)
+    try:
+        names = sorted(show(repo, table=False))
+    except GTOException as exc:
+        raise unreadable(repo, exc) from None
+    except Exception as exc:  # noqa: BLE001 - scmrepo's SCMError: a tag at a missing commit
+        if type(exc).__module__.split(".")[0] != "scmrepo":
+            raise
+        raise unreadable(repo, exc) from None
     out = []
-    for name in sorted(show(repo, table=False)):
-        for v in show(repo, name, table=False):
+    for name in names:
+        for v in gto_versions(repo, name):
             if not v.get("registrations"):  # a commit GTO only discovered, never tagged
                 continue
             facts = parse(v["registrations"][-1].get("message", ""))

@@ -139,6 +139,9 @@ def main(model_path, registry, backend, host, expose, port, max_bytes, max_pixel
                    f"(docs at /docs)", err=True)
     uvicorn.run(app, host="0.0.0.0" if host == "0" else host, port=port, log_level=log_level,
                 http=timed_protocol(header_timeout, body_timeout),
+                # the client is the socket's peer: an X-Forwarded-For header is never trusted,
+                # whatever FORWARDED_ALLOW_IPS says (POST /admin/reload is for loopback only)
+                proxy_headers=False,
                 timeout_keep_alive=keep_alive_timeout)  # the limit is FastPath's, not uvicorn's
 
 

@@ -179,10 +179,14 @@ def add_admin(app) -> None:
     """POST /admin/reload: loopback clients only (403 otherwise)."""
     from fastapi import HTTPException, Request
 
+    @app.post("/admin/reload/", include_in_schema=False)  # answered, not redirected
     @app.post("/admin/reload", summary="Swap in the versions the registered models' "
                                        "references name now (loopback clients only)")
     async def admin_reload(request: Request) -> dict:
-        if not request.client or not loopback(request.client.host):
+        # The socket's own peer: uvicorn runs without proxy headers (__main__.py), so an
+        # X-Forwarded-For header never makes a remote client loopback
+        peer = request.scope.get("client")
+        if not peer or not loopback(peer[0]):
             raise HTTPException(403, detail="POST /admin/reload is for loopback clients "
                                             "only: run it on the server's machine")
         try:
@@ -282,7 +286,9 @@ def pick(app, name: str | None, route: str):
                                         f"with NAME one of {', '.join(sorted(served))} "
                                         f"(GET /models)")
     if name not in served:
-        raise HTTPException(404, detail=f"no model named {name!r} is served; the models: "
+        from tools.registry.safety import clip
+
+        raise HTTPException(404, detail=f"no model named '{clip(name, 80)}' is served; the models: "
                                         f"{', '.join(sorted(served))} (GET /models)")
     return served[name]
 

@@ -145,11 +145,17 @@ async def reload(app) -> dict:
                     continue
                 model = await loop.run_in_executor(inference_executor(), served.loader.load,
                                                    path, facts)
+                fresh = Served(name, model, describe(model, app.state.metrics_path),
+                               served.loader)
+                new[name] = fresh  # stopped below if it (or a later one) fails
+                await start(fresh, *app.state.batching)  # its first inference
             except Exception as exc:  # noqa: BLE001 - reported, nothing swapped
-                raise ReloadFailed(f"{name}: {getattr(exc, 'message', None) or exc}") from None
-            fresh = Served(name, model, describe(model, app.state.metrics_path), served.loader)
-            await start(fresh, *app.state.batching)
-            new[name] = fresh
+                for started in new.values():  # the slots started for this reload
+                    if started.worker is not None:
+                        started.worker.cancel()
+                why = " ".join(str(getattr(exc, "message", None) or exc or
+                                   type(exc).__name__).split())
+                raise ReloadFailed(f"{name}: {why[:2000]}") from None
         reloaded = {}
         for name, fresh in new.items():  # one step of the event loop: no request sees half
             old = app.state.served[name]

@@ -15,6 +15,7 @@ fixed order (the resampler's taps one by one; numpy's FFT and one matrix product
 bands), then rounded to uint8.
 """
 import functools
+import threading
 
 import numpy as np
 
@@ -132,42 +133,95 @@ def _taps_at(src: int, dst: int, start: int, n: int):
     return idx, w
 
 
-@functools.lru_cache(maxsize=16)
+TAPS_CACHE_BYTES = 64 * 2**20  # the filter tables kept between calls, at most
+BLOCK_ELEMENTS = 2**18  # outputs x taps summed per block: bounded working memory
+_TAPS: dict = {}  # (src, dst) -> (P, Q, indices, weights), oldest first
+_TAPS_LOCK = threading.Lock()  # serve decodes in several threads
+
+
+def _taps_size(src: int, dst: int) -> tuple:
+    """(P outputs per period, taps per output) of the resampler from src to dst Hz."""
+    import math
+
+    cutoff = min(1.0, dst / src)
+    return dst // math.gcd(src, dst), 2 * int(np.ceil(16 / cutoff))
+
+
+def resample_bytes(src: int, dst: int) -> int:
+    """The most memory resample(x, src, dst) holds besides its input and output: its filter
+    table (int64 indices and float64 weights per tap of one period) and one block of
+    BLOCK_ELEMENTS taps (building the table, or gathering indices, weights, values and masks
+    to sum: about 12 arrays of a block's size at once)."""
+    if src == dst or src <= 0 or dst <= 0:
+        return 0
+    period, taps = _taps_size(src, dst)
+    block = max(BLOCK_ELEMENTS, taps) * 8 * 12
+    return period * taps * 16 + block
+
+
 def _period_taps(src: int, dst: int):
     """(P, Q, indices, weights) of one period of the resampler: the taps of outputs 0..P-1,
     P = dst / gcd, Q = src / gcd (output k = m * P + j takes output j's weights, its indices
-    shifted by m * Q inputs)."""
+    shifted by m * Q inputs). Kept for the next call while the kept tables stay within
+    TAPS_CACHE_BYTES (oldest dropped first); a larger table is computed for this call only."""
     import math
 
+    key = (src, dst)
+    with _TAPS_LOCK:
+        if key in _TAPS:
+            _TAPS[key] = _TAPS.pop(key)  # the most recent last
+            return _TAPS[key]
     g = math.gcd(src, dst)
-    idx, w = _taps_at(src, dst, 0, dst // g)
-    return dst // g, src // g, idx, w
+    period, taps = _taps_size(src, dst)
+    idx, w = np.empty((period, taps), np.int64), np.empty((period, taps), np.float64)
+    rows = max(1, BLOCK_ELEMENTS // taps)  # built in blocks: row by row the same numbers
+    for j in range(0, period, rows):
+        n = min(rows, period - j)
+        idx[j:j + n], w[j:j + n] = _taps_at(src, dst, j, n)
+    found = (period, src // g, idx, w)
+    size = idx.nbytes + w.nbytes
+    if size <= TAPS_CACHE_BYTES:
+        with _TAPS_LOCK:
+            while _TAPS and _kept() + size > TAPS_CACHE_BYTES:
+                _TAPS.pop(next(iter(_TAPS)))
+            _TAPS[key] = found
+    return found
+
+
+def _kept() -> int:
+    return sum(t[2].nbytes + t[3].nbytes for t in _TAPS.values())
+
+
+def cached_taps_bytes() -> int:
+    """The bytes of the filter tables kept between calls (at most TAPS_CACHE_BYTES)."""
+    with _TAPS_LOCK:
+        return _kept()
 
 
 def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
     """float64 mono samples from src to dst Hz: a windowed-sinc filter (_taps_at), its
     weights computed once per period of the rate ratio, its taps summed one by one
-    (element-wise, in a fixed order: the same bits on every CPU)."""
+    (element-wise, in a fixed order: the same bits on every CPU), BLOCK_ELEMENTS taps at a
+    time (resample_bytes: the memory it needs)."""
     x = np.asarray(x, dtype=np.float64)
     if src == dst or len(x) == 0:
         return x.copy()
     n_out = len(x) * dst // src
     period, shift, idx0, w0 = _period_taps(src, dst)
-    periods = -(-n_out // period)
-    out = np.empty(periods * period, dtype=np.float64)
-    block = max(1, 8192 // period)  # periods per block: bounded memory for long files
     taps = idx0.shape[1]
-    for m0 in range(0, periods, block):
-        mb = min(block, periods - m0)
-        idx = (idx0[None] + (np.arange(m0, m0 + mb, dtype=np.int64) * shift)[:, None, None])
-        idx = idx.reshape(-1, taps)
-        w = np.broadcast_to(w0, (mb, *w0.shape)).reshape(-1, taps)
+    out = np.empty(n_out, dtype=np.float64)
+    rows = max(1, BLOCK_ELEMENTS // taps)  # outputs per block
+    for k0 in range(0, n_out, rows):
+        k = np.arange(k0, min(k0 + rows, n_out), dtype=np.int64)
+        j = k % period
+        idx = idx0[j] + ((k // period) * shift)[:, None]
+        w = w0[j]
         vals = np.where((idx >= 0) & (idx < len(x)), x[np.clip(idx, 0, len(x) - 1)], 0.0)
-        acc = np.zeros(len(idx), dtype=np.float64)
-        for j in range(taps):
-            acc += vals[:, j] * w[:, j]
-        out[m0 * period:(m0 + mb) * period] = acc
-    return out[:n_out]
+        acc = np.zeros(len(k), dtype=np.float64)
+        for t in range(taps):
+            acc += vals[:, t] * w[:, t]
+        out[k0:k0 + len(k)] = acc
+    return out
 
 
 def fixed_length(x: np.ndarray, n: int) -> np.ndarray:

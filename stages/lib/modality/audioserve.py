@@ -2,11 +2,15 @@
 becomes the model's input or a BadInput naming what is wrong, and nothing over the limits is
 decoded.
 
-Limits, checked from the file's size and header before any sample is decoded:
+Limits, checked from the file's size and header before any sample is decoded (and the
+checks validate blocks a clip for: zero frames and more than MAX_CHANNELS channels from the
+header, NaN or infinite samples after the decode):
 - MAX_READ_BYTES (64 MiB) per file (serve's --max-bytes bounds a whole request before this);
 - MAX_SECONDS (30 s) of audio, and the frames limit the caller passes (predict's and serve's
   --max-pixels: the modality's decode bound, as ingest's validate.max_pixels): a longer clip
-  is refused as "too_long" (serve answers 413 when no file of the request could be used).
+  is refused as "too_long" (serve answers 413 when no file of the request could be used);
+- a sample rate within MIN_RATE..MAX_RATE (4 kHz to 192 kHz), and the resampler's memory is
+  counted in the decode cost serve's --max-decode-mb bounds.
 The features are audiocore.py's own (`features`), so predict and serve see what prepare
 stored, byte for byte.
 """
@@ -15,10 +19,14 @@ import os
 
 import numpy as np
 
+from stages.lib.modality.audiogate import MAX_CHANNELS
 from stages.lib.modality.errors import BadInput, open_regular
 
 MAX_READ_BYTES = 64 * 2**20
 MAX_SECONDS = 30.0
+# The sample rates decoded: from telephone audio to studio rates. A rate outside would make the
+# resampler's filter (its taps grow with the rate ratio) cost far more than the samples.
+MIN_RATE, MAX_RATE = 4000, 192000
 
 
 class Clip(np.ndarray):
@@ -59,7 +67,15 @@ def _header(src, max_frames: int):
         raise BadInput("not_image", f"not a sound file soundfile can read ({text})") from None
     finally:
         src.seek(0)
-    frames, rate = int(info.frames), int(info.samplerate)
+    frames, rate, ch = int(info.frames), int(info.samplerate), int(info.channels)
+    if frames == 0:
+        raise BadInput("corrupt", gate_reason("zero_frames", {"format": info.format}))
+    if ch > MAX_CHANNELS:
+        raise BadInput("corrupt", gate_reason("channels", {"channels": ch}))
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise BadInput("corrupt", f"sample rate {rate} Hz: outside {MIN_RATE}..{MAX_RATE} Hz, "
+                                  f"the rates predict and serve decode (MIN_RATE, MAX_RATE); "
+                                  f"resample the file")
     seconds = frames / rate if rate else 0.0
     if seconds > MAX_SECONDS:
         raise BadInput("too_long", f"clip of {seconds:.1f} s is over the limit of "
@@ -67,31 +83,48 @@ def _header(src, max_frames: int):
     if max_frames and frames > max_frames:
         raise BadInput("too_long", f"clip of {frames} frames is over --max-pixels "
                                    f"({max_frames}), the most frames decoded")
-    return frames, rate, int(info.channels)
+    return frames, rate, ch
 
 
 def read(src, image_size, channels: int = 1, max_pixels: int = 0, letterbox=False):
     """uint8 n_mels x frames x 1 from a path or a binary file object, as prepare stores it;
-    raise BadInput naming what is wrong (not a sound file, truncated, over the limits)."""
-    from stages.lib.modality.audiocore import features, spec_of
+    raise BadInput naming what is wrong (not a sound file, truncated, over the limits, or
+    one of validate's blocking per-file checks: zero frames, NaN or infinite samples, more
+    than MAX_CHANNELS channels; the audio gate's own messages)."""
+    from stages.lib.modality.audiocore import mono, read_samples, spec_of, wave_features
 
     if isinstance(src, (str, os.PathLike)):
         with open_regular(src) as f:
             return read(f, image_size, channels, max_pixels, letterbox)
     _header(src, max_pixels)
     try:
-        x, size = features(src, spec_of(image_size))
+        data, rate, info = read_samples(src)
     except Exception as exc:  # libsndfile's errors, a truncated body
         message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadInput("corrupt", message) from None
-    return sized(x, size)
+    nonfinite = int(data.size - np.count_nonzero(np.isfinite(data)))
+    if nonfinite:
+        raise BadInput("corrupt", gate_reason("nonfinite", {"nonfinite": nonfinite}))
+    x = wave_features(mono(data), rate, spec_of(image_size))
+    return sized(x, (info[4], rate))
+
+
+def gate_reason(check: str, row: dict) -> str:
+    """validate's message for one of the audio gate's blocking checks (audiogate.reason), so
+    predict, serve and the gate refuse a clip in the same words."""
+    from stages.lib.modality.audiogate import reason
+
+    return f"{check}: {reason(check, row, None)} (validate blocks it too)"
 
 
 def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size=None):
     """(decode bytes, None) of a clip from its header: float64 samples of every channel,
-    twice (the mono mix and the resample); BadInput over the limits or the budget."""
+    twice (the mono mix and the resample), and the resampler's own memory (its filter table
+    and working blocks: audiocore.resample_bytes); BadInput over the limits or the budget."""
+    from stages.lib.modality.audiocore import resample_bytes, spec_of
+
     frames, rate, ch = _header(src, max_pixels)
-    cost = frames * (ch + 2) * 8 + 2**20
+    cost = frames * (ch + 2) * 8 + 2**20 + resample_bytes(rate, spec_of(image_size)["sample_rate"])
     if budget and cost > budget:
         raise BadInput("too_large", f"clip needs about {cost / 2**20:.0f} MiB to decode, over "
                                     f"the decode budget of {budget / 2**20:.0f} MiB")

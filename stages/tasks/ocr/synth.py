@@ -21,6 +21,13 @@ from pathlib import Path
 
 LIST = "lines.jsonl"
 FONT_SUFFIXES = (".ttf", ".otf", ".ttc", ".pfb")
+# The file that marks a folder synth_ocr wrote (hidden: ingest does not list it). An existing
+# --out is replaced only when it holds this file: never a folder someone else made.
+MARKER = ".synth_ocr"
+MARKER_TEXT = "written by tools.synth_ocr: its next run with this --out replaces this folder\n"
+MAX_WORDS_BYTES = 64 * 2**20  # --words: the largest word list read
+MAX_LINES = 1_000_000  # --lines: at most
+MAX_DRAWS = 20  # draws of one line before synth_ocr gives up on the aspect gate
 
 
 @dataclass(frozen=True)
@@ -54,8 +61,22 @@ def find_fonts(folder: Path) -> list[Path]:
 def read_words(path: Path, charset: str = "") -> list[str]:
     """The word list (whitespace-separated tokens of a UTF-8 file, in order, repeats kept),
     without the words holding a character outside `charset` (when given)."""
+    from stages.lib import safefs
+
     try:
-        words = Path(path).read_text(encoding="utf-8").split()
+        with safefs.open_regular(path) as f:  # a FIFO or device is never read from
+            data = f.read(MAX_WORDS_BYTES + 1)
+    except safefs.NotRegular as exc:
+        raise ValueError(f"--words {path}: {safefs.mode_text(exc.mode)}, not a regular file; "
+                         f"give a UTF-8 text file") from None
+    except OSError as exc:
+        raise ValueError(f"--words {path}: cannot read ({exc.strerror}); give a UTF-8 text "
+                         f"file") from None
+    if len(data) > MAX_WORDS_BYTES:
+        raise ValueError(f"--words {path}: over {MAX_WORDS_BYTES // 2**20} MiB; give a shorter "
+                         f"word list (a sample of the corpus)")
+    try:
+        words = data.decode("utf-8").split()
     except UnicodeDecodeError as exc:
         raise ValueError(f"--words {path}: not UTF-8 ({exc.reason} at byte {exc.start}); "
                          f"save it as UTF-8") from None
@@ -176,20 +197,98 @@ def png_bytes(pixels) -> bytes:
     return buf.getvalue()
 
 
+def check_out(out: Path, inputs=()) -> Path:
+    """out, refused (ValueError naming it and the fix) when replacing it could lose anything
+    synth_ocr did not write: `.`, `..` or any folder holding the working directory, a folder
+    holding (or being) one of inputs (--fonts, --words, --real), or an existing path without
+    synth_ocr's MARKER file."""
+    full = Path(out).resolve()
+    here = Path.cwd().resolve()
+    if not Path(out).name or Path(out).name in (".", "..") or full == here \
+            or full in here.parents or full.parent == full:
+        raise ValueError(f"--out {out}: the working directory or a folder above it; give a new "
+                         f"folder for the lines (--out data/synth)")
+    for flag, path in inputs:
+        inner = Path(path).resolve()
+        if inner == full or full in inner.parents:
+            raise ValueError(f"--out {out}: holds {flag} {path}, which synth_ocr would replace; "
+                             f"give an --out outside it (--out data/synth)")
+    if full.exists() and not (full.is_dir() and not full.is_symlink()
+                              and (full / MARKER).is_file()):
+        raise ValueError(f"--out {out}: exists and was not written by synth_ocr (no {MARKER} "
+                         f"file in it), so it is left alone; give a new folder, or move it "
+                         f"away yourself")
+    return Path(out)
+
+
+def temp_folder(out: Path) -> Path:
+    """A new, marked temp folder beside out (its name holds this process's id); the ones an
+    earlier run was killed before renaming (marked, their process gone) are removed first.
+    Nothing else beside out is touched."""
+    import os
+    import re
+    import shutil
+
+    pattern = re.compile(rf"^\.{re.escape(out.name)}\.synth_ocr-(\d+)\.part$")
+    if out.parent.is_dir():
+        for sibling in out.parent.iterdir():
+            m = pattern.match(sibling.name)
+            if m and (sibling / MARKER).is_file() and not alive(int(m[1])):
+                shutil.rmtree(sibling, ignore_errors=True)
+    tmp = out.with_name(f".{out.name}.synth_ocr-{os.getpid()}.part")
+    (tmp / "images").mkdir(parents=True)  # an existing one (this pid's) is an error
+    (tmp / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
+    return tmp
+
+
+def alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def draw_line(font: Path, words, style: Style, seed: int, i: int, max_aspect: float):
+    """(text, pixels, draws) of line i: from the generator of (seed, i), drawn again from
+    (seed, i, attempt) while the line is taller than wide by more than max_aspect (validate's
+    aspect check would block it: a line of one narrow character); a ValueError naming the fix
+    after MAX_DRAWS draws."""
+    import numpy as np
+
+    for attempt in range(MAX_DRAWS):
+        rng = np.random.default_rng([seed, i] if attempt == 0 else [seed, i, attempt])
+        text = draw_text(rng, words, style)
+        pixels, draws = render(font, text, rng, style)
+        if not max_aspect or pixels.shape[0] <= max_aspect * pixels.shape[1]:
+            return text, pixels, draws
+    raise ValueError(f"--words: {MAX_DRAWS} draws of line {i} ({font.name}) were all taller "
+                     f"than wide by more than validate.max_aspect ({max_aspect}), e.g. "
+                     f"{text!r}: give a word list with longer words")
+
+
 def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
-               charset: str = "", holdout=(), style: Style = Style(), real=()) -> dict:
+               charset: str = "", holdout=(), style: Style = Style(), real=(), real_dir=None,
+               max_aspect: float = 2.0) -> dict:
     """Write `lines` lines under out/images/ and their list out/lines.jsonl ({"path", "text",
     "group": the font, "font", "font_sha256", "split" (with holdout: test for a held-out font,
     else train), and the draws}); the counts per font. real: [(file, relative path, text)] of
-    the user's own lines, copied under out/real/ and listed with group `real` (split train with
-    holdout). Written to a temp folder then renamed, so `out` appears whole; an existing `out`
-    is replaced only when it holds a lines.jsonl."""
+    the user's own lines (from real_dir), copied under out/real/ and listed with group `real`
+    (split train with holdout). Every line passes validate's aspect check at max_aspect (its
+    default, 2.0; 0: unchecked). Written to a marked temp folder then renamed, so `out`
+    appears whole; an existing `out` is replaced only when synth_ocr wrote it (check_out)."""
     import os
     import shutil
 
-    import numpy as np
-
     fonts_dir, out = Path(fonts_dir), Path(out)
+    check_out(out, [("--fonts", fonts_dir), ("--words", words_file)]
+              + ([("--real", real_dir)] if real_dir else []))
+    if not 1 <= lines <= MAX_LINES:
+        raise ValueError(f"--lines {lines}: give 1 to {MAX_LINES}")
     fonts = find_fonts(fonts_dir)
     words = read_words(words_file, charset)
     names = [font_name(f, fonts_dir) for f in fonts]
@@ -198,20 +297,32 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     if unknown:
         raise ValueError(f"--holdout {', '.join(unknown)}: no such font under {fonts_dir} "
                          f"(fonts are named by path without suffix: {', '.join(names[:8])})")
-    if out.exists() and not (out / LIST).is_file():
-        raise ValueError(f"--out {out}: exists and is not a synth_ocr folder (no {LIST}); "
-                         f"give a new folder")
     digests = [hashlib.sha256(f.read_bytes()).hexdigest() for f in fonts]
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "images").mkdir(parents=True)
+    tmp = temp_folder(out)
+    try:
+        counts = write_lines(tmp, fonts, names, digests, words, lines, seed, holdout, style,
+                             real, max_aspect)
+        if out.exists():  # synth_ocr's own (check_out): moved aside, then removed
+            old = out.with_name(f".{out.name}.synth_ocr-{os.getpid()}.old")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return counts
+
+
+def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, holdout,
+                style: Style, real, max_aspect: float) -> dict:
+    import shutil
+
     digits = max(5, len(str(lines - 1)))
     rows, counts = [], {}
     for i in range(lines):
-        rng = np.random.default_rng([seed, i])
         k = i % len(fonts)
-        text = draw_text(rng, words, style)
-        pixels, draws = render(fonts[k], text, rng, style)
+        text, pixels, draws = draw_line(fonts[k], words, style, seed, i, max_aspect)
         rel = f"images/{i:0{digits}d}.png"
         (tmp / rel).write_bytes(png_bytes(pixels))
         row = {"path": rel, "text": text, "group": names[k], "font": names[k],
@@ -229,9 +340,6 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     if real:
         counts["real"] = len(real)
     (tmp / LIST).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
     return dict(sorted(counts.items()))
 
 
