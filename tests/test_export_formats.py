@@ -244,7 +244,7 @@ def test_int8_calibration_is_bit_stable_on_one_core(formats_project):
         pytest.skip("taskset is not installed")
     code = (
         "import sys\n"
-        "from stages.lib import formats\n"
+        "from stages.lib.model import formats\n"
         "from stages.lib.data.shards import load_split\n"
         "from stages.lib.params import load\n"
         "x, _, _ = load_split('train')\n"
