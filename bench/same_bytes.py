@@ -22,13 +22,16 @@ import click
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Each task's built-in sample with its sample recipe; detection, segmentation and OCR are cut to
-# a few epochs (every stage still runs; only train's loop is shorter).
+# Each task's built-in sample with its sample recipe; detection, segmentation, OCR, audio and
+# speech are cut to a few epochs (every stage still runs; only train's loop is shorter).
 RUNS = {
     "classification": {"task": "classification"},
     "detection": {"task": "detection", "train.epochs": 3},
     "segmentation": {"task": "segmentation", "train.epochs": 3},
     "ocr": {"task": "ocr", "train.epochs": 3},
+    # audio and speech: a smaller sample (the first clips of the full one) for 2 epochs
+    "audio": {"task": "audio", "sample.per_class": 24, "train.epochs": 2},
+    "speech": {"task": "speech", "sample.clips": 500, "train.epochs": 2},
 }
 
 # Outs whose bytes include the code's own hash (the ONNX metadata, the report that shows it, the
@@ -82,7 +85,7 @@ def compare(before: dict, after: dict) -> int:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Run every task's sample and write {task: {out: md5}} here.")
 @click.option("--task", "tasks", multiple=True, type=click.Choice(sorted(RUNS)),
-              help="Run only these tasks (repeatable; default all four).")
+              help="Run only these tasks (repeatable; default all six).")
 @click.option("--compare", "pair", nargs=2, type=click.Path(exists=True, path_type=Path),
               help="Compare two files written by --out and print a table; exit 1 if any out "
                    "that does not stamp the code differs.")
