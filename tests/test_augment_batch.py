@@ -62,7 +62,7 @@ def test_resize_regions_is_within_tol_of_interpolate_and_exact_for_the_whole_ima
 
 def test_batched_augmentation_makes_no_cpu_tensor_of_pixels():
     """On the meta device every op runs on shapes alone: a CPU-made pixel tensor mixed into
-    the batch would raise (the failure ARCHITECTURE.md reports on CUDA)."""
+    the batch would raise (the failure CUDA reports: docs/gpu.md, wrong-device bugs)."""
     p = Train(aug_crop_scale=0.5, aug_hflip=0.5, aug_rotate=10.0, aug_jitter=0.2)
     x = torch.empty(4, 3, 16, 16, device="meta")
     assert imagebatch.augment_batch(x, p, seeds_of(0, 4)).device.type == "meta"

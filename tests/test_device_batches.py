@@ -93,7 +93,7 @@ def test_a_nan_sample_is_named_on_the_device_path(tmp_path):
 ])
 def test_batched_augmentations_make_no_cpu_tensor_on_the_meta_device(task, knobs):
     """On the meta device every op runs on shapes alone: a CPU-made tensor mixed into the
-    batch raises, as it would on CUDA (ARCHITECTURE.md)."""
+    batch raises, as it would on CUDA (docs/gpu.md, wrong-device bugs)."""
     x = torch.empty(4, 1 if task == "ocr" else 3, 16, 32, device="meta")
     y = {"detection": torch.empty(4, 5, 5, device="meta"),
          "segmentation": torch.empty(4, 16, 32, dtype=torch.uint8, device="meta"),

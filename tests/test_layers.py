@@ -1,7 +1,7 @@
-"""The house's floors (ARCHITECTURE.md): every import under stages/, tools/ and bench/, read with
-ast (function-level imports included, and a module named as text to importlib.import_module or
-__import__), points down or sideways, never up, and no modules, nor floors, import each other in
-a cycle.
+"""The house's floors (docs/pipeline.md, floors and rooms): every import under stages/, tools/
+and bench/, read with ast (function-level imports included, and a module named as text to
+importlib.import_module or __import__), points down or sideways, never up, and no modules, nor
+floors, import each other in a cycle.
 
 Floors, from the ground up: stages/lib; stages/report (the report's helpers and each task's
 report sections, stages/report/tasks/) beside stages/tasks, neither importing the other (so no
@@ -16,21 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from stages.lib.codedeps import imports, modules  # the one walker: dvc.yaml's code deps use it
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("stages", "tools", "bench")
 FLOORS = ("lib", "report", "tasks", "stage", "tools", "bench")
-
-
-def modules() -> dict[str, Path]:
-    """{dotted name: file} of every module of the project's packages."""
-    out = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out[".".join(parts)] = path
-    return out
 
 
 def floor(module: str) -> str:
@@ -48,58 +38,9 @@ def floor(module: str) -> str:
     return "stage"  # stages/<stage>.py, the stages package itself and `python -m stages.report`
 
 
-STRING_IMPORTS = ("import_module", "__import__")  # importlib.import_module, __import__
-
-
-def named_module(node) -> str | None:
-    """The module a call imports by name as text (`importlib.import_module("a.b")`,
-    `import_module(...)`, `__import__("a.b")`), else None. Of an f-string, its leading text
-    up to the last dot (f"stages.tasks.{name}": stages.tasks); a relative name is left out."""
-    func = node.func
-    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    if called not in STRING_IMPORTS or not node.args:
-        return None
-    arg = node.args[0]
-    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        text = arg.value
-    elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
-        text = str(arg.values[0].value).rpartition(".")[0]
-    else:
-        return None
-    return text if text and not text.startswith(".") else None
-
-
-def imports(name: str, path: Path, known) -> list[tuple[str, int]]:
-    """(imported project module, line) of every import in the file, wherever it stands: `from
-    a.b import c` is module a.b.c when that is a module, else a.b; a module named as text to
-    importlib.import_module or __import__ is imported too (named_module)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Call):
-            targets = [named_module(node)] if named_module(node) else []
-        elif isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the package, up level - 1
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
-                       for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in known:  # a name inside a module: the module
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                out.append((target, node.lineno))
-    return out
-
-
 @functools.lru_cache(maxsize=1)
 def graph() -> dict[str, list[tuple[str, int]]]:
-    known = modules()
+    known = modules(ROOT, PACKAGES)
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
@@ -283,3 +224,20 @@ def test_the_once_longest_functions_are_split_into_named_steps(path, name):
     (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     lines = node.end_lineno - node.lineno
     assert lines < 80, f"{path}: {name} spans {lines} lines"
+
+
+def test_the_picture_names_every_room():
+    """docs/pipeline.md's picture of the floors names every module of stages/lib/ (each wing),
+    stages/report/, the task families and every task package: a new room is drawn in."""
+    import re
+
+    text = (ROOT / "docs/pipeline.md").read_text()
+    words = set(re.findall(r"\w+", text[text.index("## Floors and rooms"):
+                                          text.index("## Layout")]))
+    rooms = [p for folder in ("stages/lib", "stages/report", "stages/tasks/common")
+             for p in (ROOT / folder).rglob("*.py")
+             if p.stem != "__init__" and "__pycache__" not in p.parts]
+    rooms += [p for p in (ROOT / "stages").glob("*.py") if p.stem != "__init__"]
+    rooms += [p for p in (ROOT / "stages/tasks").iterdir() if (p / "__init__.py").is_file()]
+    missing = sorted(p.relative_to(ROOT).as_posix() for p in rooms if p.stem not in words)
+    assert not missing, f"not in docs/pipeline.md's picture: {missing}"

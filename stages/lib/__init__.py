@@ -7,7 +7,8 @@
   out folders, prepare's fitted settings;
 - modality/: what a file is (image, audio): decode, checks, augment, serve guard;
 - the root: the few helpers every floor uses (io, safefs, userfiles, params, show, checks,
-  hooks, charts, csvlimit) and codedeps, which reads a stage's code deps from its imports.
+  hooks, charts, csvlimit), door (what a stage may read of the params) and codedeps (a stage's
+  code, read from its imports).
 
 Nothing here imports stages.tasks, a stage module or tools; nothing imports torch at module
 level.
