@@ -50,13 +50,17 @@ def set_params(project, **train) -> None:
 @pytest.mark.parametrize("run", ["trained_project", "detection_project", "segmentation_project",
                                  "ocr_project", "audio_project", "speech_project"])
 def test_train_writes_the_same_bytes_under_hostile_settings(run, request, tmp_path):
+    """Also with two DataLoader workers (the shared runs use none): one retrain checks both
+    promises, the kernel profile's and the worker count's (tests/test_num_workers.py checks
+    the workers alone where the portable kernels cannot run)."""
     if kernels.unsupported():
         pytest.skip(f"this machine cannot run the portable kernels: {kernels.unsupported()}")
     shared = request.getfixturevalue(run)
     project = copy_run(shared, tmp_path / "project")
+    set_params(project, num_workers=2)
     got = train_bytes(project, HOSTILE, one_cpu=True)
     assert got == (shared / "models/model.pt").read_bytes(), \
-        f"{run}: train under hostile settings wrote other bytes than the shared run"
+        f"{run}: train under hostile settings with 2 workers wrote other bytes than the shared run"
 
 
 @pytest.mark.e2e

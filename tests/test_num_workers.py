@@ -86,8 +86,13 @@ def shared_run(request):
 
 
 def test_two_workers_train_the_same_model(shared_run, tmp_path):
+    """Where the portable kernels run, tests/test_kernels.py retrains every task's shared run
+    with two workers under its hostile settings, the cheaper check of both promises."""
+    from stages.lib.train import kernels
     from tools.project import dvc, set_params
 
+    if not kernels.unsupported():
+        pytest.skip("tests/test_kernels.py trains every shared run with 2 workers here")
     root = copy_run(shared_run, tmp_path / "run")
     shutil.rmtree(root / "models/checkpoints", ignore_errors=True)
     before = (root / "models/model.pt").read_bytes()
