@@ -20,7 +20,6 @@ DATA = {"detector": "d" * 32, "ocr": "0" * 32}  # the data version each tag mess
 def write_onnx(path: Path, label: str) -> None:
     """An 8x8 grey classifier whose logits are a constant favouring label (metadata as the
     export stage writes it: task, input and classes)."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     bias = np.zeros(len(CLASSES), np.float32)
@@ -33,6 +32,15 @@ def write_onnx(path: Path, label: str) -> None:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", len(CLASSES)])],
         [numpy_helper.from_array(np.zeros((64, len(CLASSES)), np.float32), "w"),
          numpy_helper.from_array(bias, "b")])
+    save(graph, path)
+
+
+def save(graph, path: Path) -> None:
+    """The graph as an opset-17 model with the export stage's metadata (task, input, classes),
+    saved at path."""
+    import onnx
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     for key, value in {"task": "classification", "image_size": 8, "channels": 1,
@@ -41,6 +49,21 @@ def write_onnx(path: Path, label: str) -> None:
         entry.key, entry.value = key, json.dumps(value)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
+
+
+def copy_repo(registry, tmp_path) -> Path:
+    """A copy of a built registry's working repository, which a test may change."""
+    import shutil
+
+    return Path(shutil.copytree(registry.repo, tmp_path / "repo", symlinks=True))
+
+
+def tiny_png(folder: Path) -> bytes:
+    """The bytes of a 12x10 grey PNG written in folder (what the tests post)."""
+    from tests.conftest import write_image
+
+    write_image(folder / "x.png", size=(12, 10), seed=3)
+    return (folder / "x.png").read_bytes()
 
 
 def register(repo: Path, name: str, version: str) -> None:

@@ -6,7 +6,6 @@ slash, a 70,000-character name, a bare registry's reload log) are right.
 Real `tools.serve` processes on a real registry (tests/fake_registry.py), as
 tests/test_serve_registry.py.
 """
-import json
 import os
 import shutil
 import signal
@@ -19,8 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, wait_ready, write_image
-from tests.fake_registry import CLASSES, assign, build, register
+from tests.conftest import ROOT, wait_ready
+from tests.fake_registry import CLASSES, assign, build, copy_repo, register, save, tiny_png
 from tests.test_serve_registry import served_by, serve, wait_for
 from tools.project import dvc, git
 
@@ -34,14 +33,12 @@ def registry(tmp_path_factory):
 
 @pytest.fixture
 def repo(registry, tmp_path):
-    return Path(shutil.copytree(registry.repo, tmp_path / "repo", symlinks=True))
+    return copy_repo(registry, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def png(tmp_path_factory) -> bytes:
-    path = tmp_path_factory.mktemp("img") / "x.png"
-    write_image(path, size=(12, 10), seed=3)
-    return path.read_bytes()
+    return tiny_png(tmp_path_factory.mktemp("img"))
 
 
 def test_a_bare_registrys_reload_logs_no_git_progress_and_the_small_answers(registry, tmp_path,
@@ -84,7 +81,6 @@ def test_a_reload_follows_gtos_stage(repo, png):
 def write_failing_onnx(path: Path) -> None:
     """A model that loads (its metadata and declared shapes are those of tests/fake_registry)
     but fails every inference: it reshapes the 64 inputs of an image into rows of 5."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(
@@ -94,13 +90,7 @@ def write_failing_onnx(path: Path) -> None:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["n", len(CLASSES)])],
         [numpy_helper.from_array(np.array([-1, 5], np.int64), "shape"),
          numpy_helper.from_array(np.zeros((5, len(CLASSES)), np.float32), "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    for key, value in {"task": "classification", "image_size": 8, "channels": 1,
-                       "mean": [0.5], "std": [0.5], "classes": CLASSES}.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, json.dumps(value)
-    onnx.save(model, str(path))
+    save(graph, path)
 
 
 def test_a_version_that_fails_its_first_inference_changes_nothing(repo, png):

@@ -9,7 +9,6 @@ the answers after the reload name the new one.
 """
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, wait_ready, write_image
-from tests.fake_registry import LABELS, assign, build
+from tests.conftest import ROOT, wait_ready
+from tests.fake_registry import LABELS, assign, build, copy_repo, tiny_png
 from tests.test_serve import free_port
 
 pytestmark = pytest.mark.e2e  # git, dvc repro and dvc push of a tiny registry
@@ -37,14 +36,12 @@ def registry(tmp_path_factory):
 @pytest.fixture
 def repo(registry, tmp_path):
     """A copy of the registry's repository, which a test may assign stages in."""
-    return Path(shutil.copytree(registry.repo, tmp_path / "repo", symlinks=True))
+    return copy_repo(registry, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def png(tmp_path_factory) -> bytes:
-    path = tmp_path_factory.mktemp("img") / "x.png"
-    write_image(path, size=(12, 10), seed=3)
-    return path.read_bytes()
+    return tiny_png(tmp_path_factory.mktemp("img"))
 
 
 @contextlib.contextmanager
