@@ -327,9 +327,9 @@ def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None =
 
     task = task or default_task()
     if settings is None:
-        from stages.lib.params import parse_all
+        from stages.lib.params import defaults
 
-        settings = task.read_settings(parse_all({}, "the default params"))
+        settings = task.read_settings(defaults())
     fields, names = manifest_fields(task), facts_of(task.modality)
     started_ns = time.time_ns()
     with no_gc():

@@ -109,9 +109,9 @@ def check_all(rows, p, task, settings: dict | None = None) -> dict:
     from stages.lib.data.groups import near_duplicate_pairs
 
     if settings is None:
-        from stages.lib.params import parse_all
+        from stages.lib.params import defaults
 
-        settings = task.check_settings(parse_all({}, "the default params"))
+        settings = task.check_settings(defaults())
     by_path = {r["path"]: r for r in rows}
     frame, labels_of, findings = file_frame(rows, p, task, settings)
     found = checks.offenders(frame, file_suite(p, task), "path")

@@ -7,10 +7,9 @@ import ast
 from pathlib import Path
 
 import pytest
-import yaml
 
 from stages.lib.codedeps import STAGES, entry, modules
-from stages.lib.door import declared, declared_keys
+from stages.lib.door import declared
 from stages.lib.io import StageError
 from stages.lib.params import parse_all
 from tests.conftest import ROOT, write_image
@@ -32,12 +31,6 @@ def test_a_stage_gets_what_it_declares_and_nothing_else():
     assert prepare.workers == 0 and prepare.engine == "local"
     with pytest.raises(StageError, match="export"):
         declared("prepare", EVERY)["export"]
-
-
-def test_what_the_door_hands_is_what_dvc_yaml_lists():
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for stage in STAGES:
-        assert stages[stage]["params"] == ["task", *declared_keys(stage)], stage
 
 
 def params_calls(path: Path) -> list[str]:

@@ -182,11 +182,10 @@ def read_notes(task: str, source: Path):
     from stages.ingest import walk
     from stages.tasks import get
 
-    from stages.lib.params import parse_all
+    from stages.lib.params import defaults
 
     task = get(task)
-    return task.read_annotations(source, walk(source),
-                                 task.read_settings(parse_all({}, "the default params")))
+    return task.read_annotations(source, walk(source), task.read_settings(defaults()))
 
 
 def refused(task: str, source: Path, name: str) -> str:

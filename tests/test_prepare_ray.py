@@ -208,7 +208,8 @@ def test_engine_and_address_are_checked(tmp_path):
 def test_where_prepare_runs_is_in_no_stage_params_nor_out():
     """dvc.yaml: no stage lists prepare.workers/engine/ray_address (the report lists every
     other param), and export's provenance and the report's params hash leave them out."""
-    from stages.lib.params import PREPARE_PLACEMENT, REPORT_PARAMS, SECTIONS, without_placement
+    from stages.lib.door import REPORT_PARAMS
+    from stages.lib.params import PREPARE_PLACEMENT, SECTIONS, without_placement
 
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert stages["report"]["params"] == ["task", *REPORT_PARAMS]

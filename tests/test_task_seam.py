@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from stages.lib.io import StageError
-from stages.lib.params import STAGE_PARAMS
+from stages.lib.door import STAGE_PARAMS
 from tests.conftest import ROOT, measured
 
 BRIGHTNESS = ROOT / "tests/tasks/brightness"

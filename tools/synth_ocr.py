@@ -64,11 +64,10 @@ def real_lines(source: Path) -> list:
 
     if not source.is_dir():
         raise ValueError(f"--real {source}: not a folder")
-    from stages.lib.params import parse_all
+    from stages.lib.params import defaults
 
     # your lines as a project with the default params reads them (ocr reads no setting today)
-    found = TASK.read_annotations(source, walk(source),
-                                  TASK.read_settings(parse_all({}, "the default params")))
+    found = TASK.read_annotations(source, walk(source), TASK.read_settings(defaults()))
     if found.errors:
         named = "; ".join(f"{rel}: {why}" for rel, (_, why) in sorted(found.errors.items())[:5])
         raise ValueError(f"--real {source}: {len(found.errors)} entries cannot be read "

@@ -14,7 +14,29 @@ tests/test_prepare_ray.py and tests/test_scale_prepare.py), so prepare reads the
 import dataclasses
 
 from stages.lib.io import StageError
-from stages.lib.params import PREPARE_PLACEMENT, REPORT_PARAMS, SECTIONS, STAGE_PARAMS
+from stages.lib.params import PREPARE_PLACEMENT, PREPARE_RESULT, SECTIONS
+
+# What each stage reads, in one place: its own section and the few reads across sections. Every
+# stage also reads `task`. dvc.yaml's `params:` of each stage lists exactly these (tested).
+STAGE_PARAMS = {
+    "sample": ("sample",),
+    # bombs are never decoded; an image's boxes are capped as they are read
+    "ingest": ("data.source", "ingest", "validate.max_pixels", "validate.max_boxes"),
+    # the task's check_settings: the CTC length rule (ocr: prepare.height/width; speech: the
+    # log-mel spec's frames and hop) and audio's sample rate (prepare.image_size)
+    "validate": ("validate", "prepare.image_size", "prepare.height", "prepare.width"),
+    "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
+    "prepare": ("data.source", *PREPARE_RESULT),
+    "train": ("train",),
+    "evaluate": ("evaluate", "train.kernels", "train.threads"),  # the kernel profile
+    # hashed into the ONNX metadata; evaluate: each format's test metric with export.formats,
+    # and detection's export.score_threshold when null (evaluate.score_threshold)
+    "export": ("data", "split", *PREPARE_RESULT, "train", "evaluate", "export"),
+}
+# the report shows and hashes every param but the placement ones: every section, prepare's
+# keys one by one (dvc.yaml's report stage lists these, tested)
+REPORT_PARAMS = tuple(key for section in SECTIONS
+                      for key in (PREPARE_RESULT if section == "prepare" else (section,)))
 
 # {stage: {section: keys}} read without a dvc.yaml entry, each for the reason above
 UNDECLARED_READS = {"prepare": {"prepare": PREPARE_PLACEMENT}}
@@ -28,7 +50,7 @@ def declared_keys(stage: str) -> tuple[str, ...]:
 
 def fix(stage: str, key: str) -> str:
     return (f"stage {stage} read `{key}`, which it does not declare: add {key!r} to "
-            f"STAGE_PARAMS[{stage!r}] in stages/lib/params.py and to the {stage} stage's "
+            f"STAGE_PARAMS[{stage!r}] in stages/lib/door.py and to the {stage} stage's "
             f"`params:` in dvc.yaml, or DVC would not rerun {stage} when it changes")
 
 
@@ -37,7 +59,8 @@ class Keys:
 
     def __init__(self, stage: str, section: str, values, keys):
         self._stage, self._section, self._values = stage, section, values
-        self._keys = tuple(f.name for f in dataclasses.fields(values) if f.name in set(keys))
+        allowed = set(keys)
+        self._keys = tuple(f.name for f in dataclasses.fields(values) if f.name in allowed)
 
     def __getattr__(self, name):
         if name.startswith("_"):

@@ -5,9 +5,9 @@ value outside its declared choices or range, or a combination a section's `probl
 is an error that names the key and what is allowed, so a bad knob never reaches a stage.
 
 Each stage reads its own section; the few reads across sections are declared once, in
-`STAGE_PARAMS`, which dvc.yaml's `params:` lists must match (a test checks it). The top-level
-`task` key names the task (a package under stages/tasks/); task-shaped knobs live in the stage
-section that reads them (validate.classes, evaluate.calibration_bins...).
+`STAGE_PARAMS` (stages/lib/door.py), which dvc.yaml's `params:` lists must match (a test checks
+it). The top-level `task` key names the task (a package under stages/tasks/); task-shaped knobs
+live in the stage section that reads them (validate.classes, evaluate.calibration_bins...).
 """
 import dataclasses
 import types
@@ -443,29 +443,6 @@ def without_placement(section: str, values: dict) -> dict:
             and not unset_modality_key(section, k, v)}
 
 
-# What each stage reads, in one place: its own section and the few reads across sections. Every
-# stage also reads `task`. dvc.yaml's `params:` of each stage lists exactly these (tested).
-STAGE_PARAMS = {
-    "sample": ("sample",),
-    # bombs are never decoded; an image's boxes are capped as they are read
-    "ingest": ("data.source", "ingest", "validate.max_pixels", "validate.max_boxes"),
-    # the task's check_settings: the CTC length rule (ocr: prepare.height/width; speech: the
-    # log-mel spec's frames and hop) and audio's sample rate (prepare.image_size)
-    "validate": ("validate", "prepare.image_size", "prepare.height", "prepare.width"),
-    "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
-    "prepare": ("data.source", *PREPARE_RESULT),
-    "train": ("train",),
-    "evaluate": ("evaluate", "train.kernels", "train.threads"),  # the kernel profile
-    # hashed into the ONNX metadata; evaluate: each format's test metric with export.formats,
-    # and detection's export.score_threshold when null (evaluate.score_threshold)
-    "export": ("data", "split", *PREPARE_RESULT, "train", "evaluate", "export"),
-}
-# the report shows and hashes every param but the placement ones: every section, prepare's
-# keys one by one (dvc.yaml's report stage lists these, tested)
-REPORT_PARAMS = tuple(key for section in SECTIONS
-                      for key in (PREPARE_RESULT if section == "prepare" else (section,)))
-
-
 def _coerce(key: str, value, ftype, path):
     def bad(expected):
         return StageError(
@@ -582,6 +559,11 @@ def parse_all(raw: dict, path) -> dict:
         )
     return {section: parse(cls, section, raw.get(section), path)
             for section, cls in SECTIONS.items()}
+
+
+def defaults() -> dict:
+    """Every section's typed params at their defaults (what a caller with no params file uses)."""
+    return parse_all({}, "the default params")
 
 
 def load(section: str, path=PARAMS_FILE):
