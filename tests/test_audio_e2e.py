@@ -69,7 +69,7 @@ def test_predict_writes_a_row_for_every_file_and_exits_3(audio_project, tmp_path
     assert set(rows) == {p.name for p in src} | {"cut.wav", "notes.wav"}
     assert rows["cut.wav"]["error"].startswith("corrupt:") and "truncated" in rows["cut.wav"][
         "error"]
-    assert rows["notes.wav"]["error"].startswith("not_image: not a sound file")
+    assert rows["notes.wav"]["error"].startswith("unsupported: not a sound file")
     for p in src:
         row = rows[p.name]
         assert row["error"] == "" and row["label"] in json.loads(

@@ -41,9 +41,9 @@ def test_a_bad_file_gets_its_own_error_and_the_rest_are_answered(own_server, own
     assert (body["status"], body["failed"]) == ("partial", 2)
     notes, green, bad = body["predictions"]
     assert [p["filename"] for p in body["predictions"]] == ["notes.txt", good.name, broken.name]
-    assert notes["error"].startswith("not_image: ") and notes["label"] == ""
+    assert notes["error"].startswith("unsupported: ") and notes["label"] == ""
     assert notes["score"] is None and notes["topk"] == []
-    assert bad["error"].startswith("not_image: ")  # a PNG signature, then junk
+    assert bad["error"].startswith("unsupported: ")  # a PNG signature, then junk
     row = json.loads(run_tool("predict", str(good), cwd=own_data_project).stdout)
     assert green["error"] == "" and green["label"] == row["label"] == "green"
     assert green["score"] == pytest.approx(row["score"], abs=1e-5)

@@ -182,7 +182,7 @@ def test_read_refuses_what_is_no_sound_or_over_the_limits(tmp_path, word):
     assert cut.value.kind == "corrupt" and "truncated" in str(cut.value)
     with pytest.raises(BadInput) as text:
         audio.read(tmp_path / "text.wav", SPEC, 1)
-    assert text.value.kind == "not_image" and "not a sound file" in str(text.value)
+    assert text.value.kind == "unsupported" and "not a sound file" in str(text.value)
     long = write(tmp_path / "long.wav", np.zeros(int(8000 * (MAX_SECONDS + 1)), np.int16), 8000)
     with pytest.raises(BadInput) as over:
         audio.read(long, SPEC, 1)

@@ -55,7 +55,7 @@ def test_read_image_names_each_kind_of_bad_file(tmp_path):
     text.write_text("not an image")
     truncated = tmp_path / "cut.png"
     truncated.write_bytes(good.read_bytes()[:60])
-    cases = [(text, "not_image", 10**6), (truncated, "corrupt", 10**6),
+    cases = [(text, "unsupported", 10**6), (truncated, "corrupt", 10**6),
              (tmp_path / "missing.png", "unreadable", 10**6), (good, "too_large", 199)]
     for path, kind, max_pixels in cases:
         with pytest.raises(BadInput) as exc:
@@ -160,7 +160,7 @@ def test_bad_files_get_error_rows_and_predictions_equal_evaluate(trained_project
     assert sorted(r["path"] for r in rows) == files  # each input exactly once
     failed = {r["path"]: r["error"] for r in rows if r["error"]}
     assert sorted(failed) == bad
-    assert failed["0/notes.pgm"].startswith("not_image")
+    assert failed["0/notes.pgm"].startswith("unsupported")
     assert failed["2/cut.pgm"].startswith("corrupt")
     assert failed["8/huge.png"].startswith("too_large") and "120000 pixels" in failed["8/huge.png"]
     assert all(r["label"] == "" and r["score"] is None and r["topk"] == [] for r in rows

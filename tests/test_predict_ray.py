@@ -105,7 +105,7 @@ def test_rows_equal_the_local_predict_byte_for_byte(cluster, classified, trained
     assert "failed" in proc.stdout and "images/s" in proc.stdout
     rows = [json.loads(line) for line in local.decode().splitlines()]
     errors = {r["path"]: r["error"].split(":")[0] for r in rows if r["error"]}
-    assert errors == {"0/notes.pgm": "not_image", "1/empty.pgm": "not_image",
+    assert errors == {"0/notes.pgm": "unsupported", "1/empty.pgm": "unsupported",
                       "2/cut.pgm": "corrupt", "8/huge.png": "too_large"}
 
 

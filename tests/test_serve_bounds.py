@@ -127,8 +127,9 @@ def test_help_says_what_the_server_does_with_a_bad_file(model, tmp_path):  # noq
     text = " ".join(proc.stdout.split())
     assert proc.returncode == 0 and "fails the request" not in text, text
     assert "the answer is 200 with status `partial`" in text, text
-    assert re.search(r"only when no file is usable does the request fail \(415 when none is "
-                     r"an image, else 422\)", text), text
+    assert re.search(r"only when no file is usable does the request fail, naming every file, "
+                     r"with the status of its files' kind of bad input \(415 unsupported;",
+                     text), text
     assert "503 with Retry-After" in text and "--predict-timeout" in text, text
     # and the server does just that
     server, url, port, log = start_server(model, tmp_path)
@@ -141,7 +142,7 @@ def test_help_says_what_the_server_does_with_a_bad_file(model, tmp_path):  # noq
         body = mixed.json()
         assert (body["status"], body["failed"]) == ("partial", 2), body
         assert [p["error"].split(":")[0] for p in body["predictions"]] == [
-            "", "not_image", "corrupt"], body
+            "", "unsupported", "corrupt"], body
         none_usable = httpx.post(f"{url}/predict", files=[("files", ("notes.txt", b"text")),
                                                           ("files", ("cut.png", broken))])
         assert none_usable.status_code == 422, none_usable.text

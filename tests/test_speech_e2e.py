@@ -64,7 +64,7 @@ def test_predict_writes_a_row_for_every_file_and_exits_3(speech_project, tmp_pat
     assert set(rows) == {p.name for p in src} | {"cut.wav", "notes.wav"}
     assert rows["cut.wav"]["error"].startswith("corrupt:") and "truncated" in rows["cut.wav"][
         "error"]
-    assert rows["notes.wav"]["error"].startswith("not_image: not a sound file")
+    assert rows["notes.wav"]["error"].startswith("unsupported: not a sound file")
     assert rows["cut.wav"]["text"] == "" and rows["cut.wav"]["confidence"] is None
     charset = set(json.loads((speech_project / "data/processed/meta.json").read_text())[
         "charset"])

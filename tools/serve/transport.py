@@ -8,7 +8,6 @@ import re
 
 import click
 
-HEADER_TIMEOUT, BODY_TIMEOUT, KEEP_ALIVE_TIMEOUT = 10.0, 30.0, 5
 WILDCARDS = ("", "0", "0.0.0.0", "::", "[::]", "*")
 # What an HTTP/1.1 request's head may hold before its headers end (RFC 9112, as h11 parses
 # it): a request line `METHOD SP TARGET SP HTTP/d.d`, then header lines without control bytes
@@ -52,89 +51,97 @@ def not_a_request(head: bytes) -> str:
 def timed_protocol(header_timeout: float, body_timeout: float):
     """uvicorn's h11 protocol with a deadline for a request's headers (from the connection's
     start or a new request's first byte) and one for its body (from the end of the headers):
-    past either, the client gets 408 and the connection is closed."""
+    past either, the client gets 408 and the connection is closed (Deadlines)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class TimedH11Protocol(H11Protocol):
-        def connection_made(self, transport):
-            super().connection_made(transport)
-            self._header_timer = self._body_timer = self._timed_cycle = None
-            self._start_header_timer()
+    return type("TimedH11Protocol", (Deadlines, H11Protocol),
+                {"header_timeout": header_timeout, "body_timeout": body_timeout})
 
-        def _start_header_timer(self):
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(header_timeout, self._timed_out,
-                                                          "headers", header_timeout)
 
-        def _cancel(self, name):
-            timer = getattr(self, name, None)
-            if timer is not None:
-                timer.cancel()
-                setattr(self, name, None)
+class Deadlines:
+    """What timed_protocol adds to uvicorn's H11Protocol (this mixin comes first in the
+    class's bases): the header and body timers, and the 400 for bytes that are no request."""
 
-        def data_received(self, data):
-            if self.cycle is None or self.cycle.response_complete:
-                self._start_header_timer()  # a new request's first bytes
-            super().data_received(data)
-            self._refuse_garbage()
-            self._rearm()
+    header_timeout: float
+    body_timeout: float
 
-        def _refuse_garbage(self):
-            """400 at once for a head that cannot become a request (not_a_request), instead
-            of waiting for the header deadline (h11 parses a head only once it is complete)."""
-            import h11
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._header_timer = self._body_timer = self._timed_cycle = None
+        self._start_header_timer()
 
-            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-                return
-            why = not_a_request(self.conn.trailing_data[0])
-            if why:
-                self._cancel("_header_timer")
-                self._refuse(400, "Bad Request", f"not an HTTP request: {why}")
+    def _start_header_timer(self):
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._timed_out,
+                                                      "headers", self.header_timeout)
 
-        def _refuse(self, status, reason, detail):
-            body = json.dumps({"detail": detail}).encode()
-            self.transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: "
-                                 f"application/json\r\nconnection: close\r\n"
-                                 f"content-length: {len(body)}\r\n\r\n".encode() + body)
-            self.transport.close()
+    def _cancel(self, name):
+        timer = getattr(self, name, None)
+        if timer is not None:
+            timer.cancel()
+            setattr(self, name, None)
 
-        def handle_events(self):
-            super().handle_events()
-            self._rearm()
+    def data_received(self, data):
+        if self.cycle is None or self.cycle.response_complete:
+            self._start_header_timer()  # a new request's first bytes
+        super().data_received(data)
+        self._refuse_garbage()
+        self._rearm()
 
-        def _rearm(self):
-            cycle = self.cycle
-            if cycle is None or cycle.response_complete:
-                return
-            if cycle is not self._timed_cycle:  # this request's headers are in
-                self._timed_cycle = cycle
-                self._cancel("_header_timer")
-                self._cancel("_body_timer")
-                if cycle.more_body:
-                    self._body_timer = self.loop.call_later(body_timeout, self._timed_out,
-                                                            "body", body_timeout)
-            elif not cycle.more_body:
-                self._cancel("_body_timer")
+    def _refuse_garbage(self):
+        """400 at once for a head that cannot become a request (not_a_request), instead of
+        waiting for the header deadline (h11 parses a head only once it is complete)."""
+        import h11
 
-        def connection_lost(self, exc):
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        why = not_a_request(self.conn.trailing_data[0])
+        if why:
+            self._cancel("_header_timer")
+            self._refuse(400, "Bad Request", f"not an HTTP request: {why}")
+
+    def _refuse(self, status, reason, detail):
+        body = json.dumps({"detail": detail}).encode()
+        self.transport.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: "
+                             f"application/json\r\nconnection: close\r\n"
+                             f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        self.transport.close()
+
+    def handle_events(self):
+        super().handle_events()
+        self._rearm()
+
+    def _rearm(self):
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            return
+        if cycle is not self._timed_cycle:  # this request's headers are in
+            self._timed_cycle = cycle
             self._cancel("_header_timer")
             self._cancel("_body_timer")
-            super().connection_lost(exc)
+            if cycle.more_body:
+                self._body_timer = self.loop.call_later(self.body_timeout, self._timed_out,
+                                                        "body", self.body_timeout)
+        elif not cycle.more_body:
+            self._cancel("_body_timer")
 
-        def _timed_out(self, what, seconds):
-            if what == "headers":
-                self._header_timer = None
-            else:
-                self._body_timer = None
-            if self.transport.is_closing():
-                return
-            if self.cycle is None or self.cycle.response_complete or (
-                    not self.cycle.response_started):
-                return self._refuse(408, "Request Timeout",
-                                    f"request {what} not received within {seconds:g} s")
-            self.transport.close()
+    def connection_lost(self, exc):
+        self._cancel("_header_timer")
+        self._cancel("_body_timer")
+        super().connection_lost(exc)
 
-    return TimedH11Protocol
+    def _timed_out(self, what, seconds):
+        if what == "headers":
+            self._header_timer = None
+        else:
+            self._body_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete or (
+                not self.cycle.response_started):
+            return self._refuse(408, "Request Timeout",
+                                f"request {what} not received within {seconds:g} s")
+        self.transport.close()
 
 
 def check_host(host: str, expose: bool) -> str | None:

@@ -8,7 +8,7 @@ header, NaN or infinite samples after the decode):
 - MAX_READ_BYTES (64 MiB) per file (serve's --max-bytes bounds a whole request before this);
 - MAX_SECONDS (30 s) of audio, and the frames limit the caller passes (predict's and serve's
   --max-pixels: the modality's decode bound, as ingest's validate.max_pixels): a longer clip
-  is refused as "too_long" (serve answers 413 when no file of the request could be used);
+  is refused as "too_long" (errors.KINDS: serve's status when no file of a request is usable);
 - a sample rate within MIN_RATE..MAX_RATE (4 kHz to 192 kHz), and the resampler's memory is
   counted in the decode cost serve's --max-decode-mb bounds.
 The features are audiocore.py's own (`features`), so predict and serve see what prepare
@@ -56,15 +56,15 @@ def _header(src, max_frames: int):
 
     n = _size_of(src)
     if n > MAX_READ_BYTES:
-        raise BadInput("too_large", f"file of {n} bytes is over the audio limit of "
+        raise BadInput("too_large", f"sound file of {n} bytes is over the audio limit of "
                                     f"{MAX_READ_BYTES} bytes (MAX_READ_BYTES)")
     if n == 0:
-        raise BadInput("corrupt", "empty file: 0 bytes")
+        raise BadInput("corrupt", "empty file: 0 bytes, no sound")
     try:
         info = sf.info(src)
     except Exception as exc:  # libsndfile: not a sound file it knows, or a broken header
         text = str(exc).split(":")[-1].strip() or type(exc).__name__
-        raise BadInput("not_image", f"not a sound file soundfile can read ({text})") from None
+        raise BadInput("unsupported", f"not a sound file soundfile can read ({text})") from None
     finally:
         src.seek(0)
     frames, rate, ch = int(info.frames), int(info.samplerate), int(info.channels)
@@ -100,7 +100,7 @@ def read(src, image_size, channels: int = 1, max_pixels: int = 0, letterbox=Fals
     try:
         data, rate, info = read_samples(src)
     except Exception as exc:  # libsndfile's errors, a truncated body
-        message = f"cannot decode: {type(exc).__name__}: {exc}".replace("\n", " ")
+        message = f"cannot decode the sound file: {type(exc).__name__}: {exc}".replace("\n", " ")
         raise BadInput("corrupt", message) from None
     nonfinite = int(data.size - np.count_nonzero(np.isfinite(data)))
     if nonfinite:

@@ -49,7 +49,7 @@ def read(src, image_size: int, channels: int, max_pixels: int = MAX_PIXELS,
             width, height = img.size
             upright = upright_size(img)
     except UnidentifiedImageError:
-        raise BadInput("not_image", "not an image Pillow can read") from None
+        raise BadInput("unsupported", "not an image Pillow can read") from None
     except Image.DecompressionBombError as exc:
         raise BadInput("too_large", f"image too large: {exc}") from None
     except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
@@ -117,7 +117,7 @@ def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size
         with open_header(src) as img:
             width, height, mode, fmt = img.width, img.height, img.mode, img.format
     except UnidentifiedImageError:
-        raise BadInput("not_image", "not an image Pillow can read") from None
+        raise BadInput("unsupported", "not an image Pillow can read") from None
     except Image.DecompressionBombError as exc:
         raise BadInput("too_large", f"image too large: {exc}") from None
     except (OSError, ValueError, SyntaxError) as exc:
