@@ -99,7 +99,7 @@ def response_models(model) -> tuple:
     """(PredictResponse, Error): the pydantic models of the answers, for the OpenAPI schema."""
     from pydantic import BaseModel, create_model
 
-    # One image's answer: its filename and the task's prediction fields (classification:
+    # One file's answer: its filename and the task's prediction fields (classification:
     # label, score, topk), typed for the OpenAPI schema.
     types = {"string": str, "number": float, "integer": int, "boolean": bool, "array": list,
              "object": dict}
