@@ -57,8 +57,9 @@ def main(params_path):
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
         old, old_meta = load_model(p.compare_with)
-        keys = ("task", *task.meta_keys, "image_size", "channels", "letterbox")
-        differ = [k for k in keys if old_meta.get(k) != meta.get(k)]
+        shape_of = task.modality.shape_of  # what the stored samples look like
+        differ = [k for k in ("task", *task.meta_keys) if old_meta.get(k) != meta.get(k)] + [
+            k for k, v in shape_of(old_meta).items() if v != shape_of(meta)[k]]
         if differ:
             raise StageError(f"evaluate.compare_with: {p.compare_with} was trained with other "
                              f"{', '.join(differ)} than models/model.pt; it cannot be scored "

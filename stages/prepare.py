@@ -228,8 +228,7 @@ def main(params_path):
 def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     """Everything after the pool (or the Ray engine) is up: meta, the auto hints, the shards,
     meta.json. how: where the decoding ran, for the last line."""
-    from stages.lib.data.autoprep import check_norm, needs_headers_first, resolve_norm
-    from stages.lib.params import AUTO
+    from stages.lib.data.autoprep import AUTO, check_norm, needs_headers_first, resolve_norm
 
     modality = task.modality
     meta = task.prepare_meta(splits)
@@ -251,7 +250,7 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     # the parent reads no file of the dataset (Amdahl: all that work on every core)
     norm = p.mean == AUTO
     setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
-    sample = modality.input_shape(input_size(p, image_size), channels)
+    sample = modality.input_shape(modality.stored(input_size(p, image_size), channels))
     (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size, sample, norm)
     if not first:
         for text in modality.choose_shape(p, sides, colour, every)[2]:

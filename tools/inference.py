@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError, sha256_file
+from stages.lib.modality.spec import LETTERBOX, RECIPE
 from stages.lib.model.provenance import model_version
 from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
 TORCH_MODEL = Path("models/model.pt")
 OPENVINO_MODEL = Path("models/openvino/model.xml")  # export.formats: [..., openvino]
-META_KEYS = ("image_size", "channels", "mean", "std")  # the task adds its own (classes...)
 
 
 @dataclass
@@ -66,6 +66,15 @@ class Model:
     def modality(self):
         """The task's modality (stages/lib/modality/): how an input is read and normalised."""
         return self.task.modality
+
+    @property
+    def spec(self):
+        """The model's input spec (its modality's Spec: stages/lib/modality/spec.py), from the
+        recipe it stores."""
+        stored = dict(zip(RECIPE, (self.image_size, self.channels, self.mean, self.std),
+                          strict=True))
+        return self.modality.Spec.from_meta({**stored, LETTERBOX: self.letterbox,
+                                             "width_buckets": self.width_buckets})
 
     @property
     def classes(self) -> list:
@@ -137,7 +146,7 @@ def load_torch(path, threads: int = 0) -> Model:
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
                  task=task, meta={k: meta[k] for k in task.meta_keys},
                  width_buckets=meta.get("width_buckets", []),  # prepare.width_buckets' list
-                 letterbox=meta.get("letterbox", False), **{k: meta[k] for k in META_KEYS})
+                 letterbox=meta.get(LETTERBOX, False), **{k: meta[k] for k in RECIPE})
 
 
 def task_and_meta(props: dict, path):
@@ -147,12 +156,12 @@ def task_and_meta(props: dict, path):
     from stages.tasks import get
 
     task = get(json.loads(props.get("task", json.dumps(DEFAULT_TASK))))
-    missing = [k for k in (*task.meta_keys, *META_KEYS) if k not in props]
+    missing = [k for k in (*task.meta_keys, *RECIPE) if k not in props]
     if missing:
         raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
                          f"`python -m stages.export`.")
-    return (task, {**{k: json.loads(props[k]) for k in META_KEYS},
-                   "letterbox": json.loads(props.get("letterbox", "false"))},
+    return (task, {**{k: json.loads(props[k]) for k in RECIPE},
+                   LETTERBOX: json.loads(props.get(LETTERBOX, "false"))},
             {k: json.loads(props[k]) for k in (*task.meta_keys, *task.decode_metadata)
              if k in props or k in task.meta_keys})
 
@@ -248,3 +257,9 @@ def describe(model: Model, metrics_path=None) -> dict:
     elif metrics_path and Path(metrics_path).is_file():
         out["metrics"] = json.loads(Path(metrics_path).read_text())
     return out
+
+
+def input_limit(model, max_pixels: int):
+    """The limit a model's modality reads an input under: --max-pixels for images; for
+    sounds, 0 (the audio modality's own MAX_SECONDS)."""
+    return max_pixels if model.modality.LIMIT == "validate.max_pixels" else 0

@@ -23,8 +23,9 @@ STAGE_PARAMS = {
     # bombs are never decoded; an image's boxes are capped as they are read
     "ingest": ("data.source", "ingest", "validate.max_pixels", "validate.max_boxes"),
     # the task's check_settings: the CTC length rule (ocr: prepare.height/width; speech: the
-    # log-mel spec's frames and hop) and audio's sample rate (prepare.image_size)
-    "validate": ("validate", "prepare.image_size", "prepare.height", "prepare.width"),
+    # log-mel spec's frames and hop) and audio's sample rate (prepare.audio)
+    "validate": ("validate", "prepare.image_size", "prepare.height", "prepare.width",
+                 "prepare.audio"),
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
     "prepare": ("data.source", *PREPARE_RESULT),
     "train": ("train",),

@@ -26,6 +26,7 @@ registered ones each at POST /predict/{name} and GET /model/{name}, listed by GE
 POST /admin/reload (loopback only) and SIGHUP swap in the versions their references now name.
 """
 from stages.lib.params import MAX_PIXELS
+from tools.inference import input_limit
 from tools.serve.batching import Busy, DecodeBudget, ModelFailed
 from tools.serve.docs import add_offline_docs
 from tools.serve.guard import FastPath, nice_thread
@@ -404,13 +405,14 @@ async def decode_upload(app, upload, model, max_pixels: int, budget_bytes: int):
     source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
     loop = asyncio.get_running_loop()
     cost, draft = await loop.run_in_executor(app.state.headers, partial(
-        model.modality.read_header, source, model.channels, max_pixels, budget_bytes,
-        model.image_size))
+        model.modality.read_header, source, model.spec, input_limit(model, max_pixels),
+        budget_bytes))
     budget = app.state.budget
     await budget.acquire(cost)
-    decode = loop.run_in_executor(app.state.decoders, partial(
+    decode = loop.run_in_executor(app.state.decoders, partial(  # draft: a reduced decode
         model.modality.read_drafted, source, model.image_size, model.channels, draft,
-        model.letterbox))
+        model.letterbox) if draft else partial(model.modality.read, source, model.spec,
+                                               input_limit(model, max_pixels)))
 
     def done(future):
         budget.release(cost, decoded=not future.cancelled())

@@ -106,8 +106,7 @@ async def start(served: Served, top_k: int, max_batch: int, max_wait_s: float) -
 
     served.batcher = MicroBatcher(served.model, top_k, max_batch, max_wait_s)
     served.worker = asyncio.create_task(served.batcher.run())
-    warmup = served.model.modality.warmup_input(served.model.image_size,
-                                                served.model.channels)
+    warmup = served.model.modality.warmup_input(served.model.spec)
     await served.batcher.predict([warmup])
 
 

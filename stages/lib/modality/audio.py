@@ -2,20 +2,33 @@
 from the parts that hold them. What a task whose inputs are sound files (WAV, FLAC, OGG, read
 with soundfile) gets as `Task.modality`.
 
+- audiospec.py: the input spec (AudioSpec: the log-mel front end, mean and std; prepare.audio),
+  its problems, its fit to one's own clips and its input limit in seconds.
 - audiocore.py: read and decode (soundfile), mono mix, resample, log-mel features quantised
-  to uint8 (a stored sample is a one-channel spectrogram "image"), inspect for ingest, the
-  log-mel hash fingerprint, the input's shapes, normalise, the thumbnail.
+  to uint8 (a stored sample is a one-channel spectrogram), inspect for ingest, the log-mel
+  hash fingerprint, the input's shapes, normalise, the thumbnail.
 - audiogate.py: validate's per-file checks (decode, frames, NaN/inf, channels, duration,
   silence, clipping; the sample rate, which a task wires in).
-- audiofit.py: prepare's feature settings (image_size: the spec dict) and channels.
+- audiofit.py: prepare's feature settings (prepare.audio) and channels.
 - audioaug.py: SpecAugment, the default augmentation, and augment_batch: the same as batched
   tensor ops (what train runs on a GPU).
-- audioserve.py: predict's and serve's guarded decode (byte, duration and frame limits).
+- audioserve.py: predict's and serve's guarded decode (byte, duration and rate limits).
 """
 from stages.lib.modality.audioaug import augment, augment_batch  # noqa: F401
 from stages.lib.modality.audiocore import (  # noqa: F401
-    FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, decode, fingerprint, input_shape, input_spec,
-    inspect, line_buckets, normalize, normalize_tensor, thumbnail, warmup_input)
+    FIELDS, INSPECT_ERRORS, decode, fingerprint, input_shape, input_spec, inspect, normalize,
+    normalize_tensor, thumbnail, warmup_input)
 from stages.lib.modality.audiofit import choose_shape, header, header_facts  # noqa: F401
 from stages.lib.modality.audiogate import CHECKS, check_columns, expectations, reason  # noqa: F401
-from stages.lib.modality.audioserve import read, read_drafted, read_header, sized  # noqa: F401
+from stages.lib.modality.audioserve import read, read_header, sized  # noqa: F401
+from stages.lib.modality.audiospec import LIMIT_KEY as LIMIT  # noqa: F401
+from stages.lib.modality.audiospec import AudioSpec
+
+from stages.lib.modality.spec import recipe_keys, shape_of  # noqa: F401,E402
+
+Spec = AudioSpec  # the modality's input spec (INTERFACE)
+
+
+def stored(size, channels: int = 1, letterbox=False) -> AudioSpec:
+    """The spec of prepare's resolved settings (a clip is never letterboxed)."""
+    return AudioSpec.of(size)

@@ -1,8 +1,8 @@
 """The audio modality's part of the data gate: validate's per-file checks of what ingest found
 in each sound file (a full decode, frames, NaN/inf samples, channels, duration, silence,
-clipping), each named per file as the image checks are.
+clipping), each named per file.
 
-As imagegate.py: the columns of validate's table (`check_columns`), the great_expectations
+As every modality's gate: the columns of validate's table (`check_columns`), the great_expectations
 expectations over them (`expectations`), each check's message (`reason`) and kind
 (`CHECKS`). The thresholds are validate's audio keys (stages/lib/params.py: min_seconds,
 max_seconds, silence_db, max_clipped; read with their defaults, so a validate section
@@ -110,7 +110,7 @@ def reason(check: str, row: dict, p) -> str | None:
 # ---- the sample-rate check: a task's (its rate is prepare's, which Task.configure reads)
 
 RATE_CHECK = {"sample_rate": (WARNING, "a sample rate other than prepare's feature rate "
-                                       "(prepare.image_size.sample_rate): resampled")}
+                                       "(prepare.audio.sample_rate): resampled")}
 
 
 def rate_columns(rows, ok, rate: int) -> tuple:

@@ -1,6 +1,8 @@
 """The image modality: every name of the interface (stages/lib/modality/__init__.py INTERFACE),
 from the parts that hold them. What a task whose inputs are images gets as `Task.modality`.
 
+- imagespec.py: the input spec (ImageSpec: size, channels, letterbox, mean, std, width
+  buckets) and the interface's functions that take it (decode, read, read_header...).
 - imagecore.py: decode, convert and resize (Pillow), normalise, inspect a file for ingest
   (header facts, a full decode, the perceptual hash), the fingerprint, the input's shapes.
 - imagegate.py: validate's per-file checks (format, size, pixel count, mode, bit depth...).
@@ -12,8 +14,17 @@ from the parts that hold them. What a task whose inputs are images gets as `Task
 from stages.lib.modality.imageaug import augment  # noqa: F401
 from stages.lib.modality.imagebatch import augment_batch  # noqa: F401
 from stages.lib.modality.imagecore import (  # noqa: F401
-    FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, decode, fingerprint, input_shape, input_spec,
-    inspect, line_buckets, normalize, normalize_tensor, thumbnail, warmup_input)
+    FIELDS, INSPECT_ERRORS, LETTERBOX, bucket_width, fingerprint, input_spec, inspect,
+    line_buckets, normalize, normalize_tensor, thumbnail)
 from stages.lib.modality.imagefit import choose_shape, header, header_facts  # noqa: F401
 from stages.lib.modality.imagegate import CHECKS, check_columns, expectations, reason  # noqa: F401
-from stages.lib.modality.imageserve import read, read_drafted, read_header, sized  # noqa: F401
+from stages.lib.modality.imageserve import read_drafted, sized  # noqa: F401
+from stages.lib.modality.imagespec import (  # noqa: F401
+    LIMIT, ImageSpec, decode, input_shape, read, read_header, stored, warmup_input)
+
+from stages.lib.modality.spec import recipe_keys, shape_of  # noqa: F401,E402
+
+Spec = ImageSpec  # the modality's input spec (INTERFACE)
+# image only, outside INTERFACE (asked where the spec has them): LETTERBOX (what meta.json
+# records of a letterboxed input), line_buckets and bucket_width (text lines' width buckets),
+# read_drafted (a JPEG decoded at a reduced scale, when read_header chose one)
