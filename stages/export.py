@@ -68,7 +68,7 @@ def bucket_widths(p, task, meta) -> list[int]:
         raise StageError(f"export.width_buckets: {odd} not a multiple of "
                          f"{task.dynamic_width}, the model's stride; e.g. "
                          f"{[w - w % task.dynamic_width or task.dynamic_width for w in odd]}")
-    trained = task.modality.bucket_width(meta["image_size"], [], None)  # no buckets: its own
+    trained = task.modality.Spec.from_meta(meta).shape[1]  # the input width it trained at
     if p.width_buckets[-1] > trained:
         raise StageError(f"export.width_buckets: {p.width_buckets[-1]} is wider than the "
                          f"trained width {trained} (prepare.width): predict and serve fit a "

@@ -76,10 +76,10 @@ def prepare_split(rows, source: Path, encode, dtype, spec, facts=None, sized=Fal
     """(uint8 stored samples, targets) of some rows, each file decoded by the task's
     modality (its decode) as its input spec says (spec: the modality's Spec); encode(row,
     sample) gives a target (sized: encode(row, sample, size), the file's upright size before
-    the resize, which a letterbox's geometry needs). facts: a list that gets each file's (shorter side, grey)
-    from the header this decode opens (prepare's hints, without a second pass over the
-    files); header_sizes: a list that gets each file's header size (OCR's width buckets).
-    out: a uint8 array of at least len(rows) samples to decode into (every byte of its first
+    the resize, which a letterbox's geometry needs). facts: a list that gets each file's
+    (shorter side, grey) from the header this decode opens (prepare's hints, without a second
+    pass over the files); header_sizes: a list that gets each file's header size (OCR's
+    width buckets). out: a uint8 array of at least len(rows) samples to decode into (every byte of its first
     len(rows) is written) instead of a new one: a worker reuses one for all its shards, as
     fresh pages cost 8-10% of the decode. done: called with i after the first i files are
     decoded (and encoded), each time."""

@@ -9,10 +9,10 @@ every modality shares apply unchanged.
 
 The feature settings travel as one spec (audiospec.py AudioSpec: sample_rate, n_fft, hop,
 n_mels, frames; params.yaml's prepare.audio), recorded in meta.json, model.pt and the ONNX
-metadata, and handed back to decode/read by every consumer (as a dict inside this module). numpy and soundfile only (no
-torch): an ONNX consumer can compute the features without it. Every sum is float64 in a
-fixed order (the resampler's taps one by one; numpy's FFT and one matrix product for the mel
-bands), then rounded to uint8.
+metadata, and handed back to decode/read by every consumer (as a dict inside this module).
+numpy and soundfile only (no torch): an ONNX consumer can compute the features without it.
+Every sum is float64 in a fixed order (the resampler's taps one by one; numpy's FFT and one
+matrix product for the mel bands), then rounded to uint8.
 """
 import functools
 import threading
@@ -281,8 +281,8 @@ def _dct_rows(n: int, keep: int = 8) -> np.ndarray:
 
 def mel_hash(x: np.ndarray, rate: int) -> str:
     """16 hex digits: a perceptual hash of a clip's log-mel (HASH_SPEC): the 8 x 8 lowest
-    2-D DCT frequencies against their median, as the picture modality's phash (near-duplicates differ
-    in a few bits; a louder or quieter copy is the same clip)."""
+    2-D DCT frequencies against their median, as the picture modality's phash
+    (near-duplicates differ in a few bits; a louder or quieter copy is the same clip)."""
     q = wave_features(x, rate, HASH_SPEC)[..., 0].astype(np.float64)
     low = (_dct_rows(q.shape[0]) @ q @ _dct_rows(q.shape[1]).T).ravel()
     median = float(np.median(low))
@@ -293,8 +293,9 @@ def inspect(path, limit: int = 0, with_phash: bool = True) -> dict:
     """What a full decode of a sound file (path or binary file object) finds; `error` is
     empty when it decodes. limit: the most frames decoded (0 = no limit; ingest passes
     validate.max_pixels, the decode bound dvc.yaml declares for ingest): a file declaring more
-    is too_large and never decoded. peak and rms are of every channel's samples, full scale 1.0; nonfinite
-    counts NaN and infinite samples (float files), clipped the share of samples at full scale."""
+    is too_large and never decoded. peak and rms are of every channel's samples, full scale
+    1.0; nonfinite counts NaN and infinite samples (float files), clipped the share of
+    samples at full scale."""
     facts = dict.fromkeys(FIELDS, "")
     try:
         data, rate, info = read_samples(path, limit)

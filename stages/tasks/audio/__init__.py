@@ -6,9 +6,9 @@ from stages.lib.modality.audiogate import RATE_CHECK
 from stages.tasks.audio import annotations
 from stages.tasks.common.singlelabel import SingleLabel
 
-AUDIO_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds", "validate.silence_db",
-              "validate.max_clipped", "train.aug_time_mask", "train.aug_freq_mask",
-              "train.aug_masks", "train.aug_freq_shift")
+AUDIO_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds",
+              "validate.silence_db", "validate.max_clipped", "train.aug_time_mask",
+              "train.aug_freq_mask", "train.aug_masks", "train.aug_freq_shift")
 
 
 class Audio(SingleLabel):
