@@ -407,8 +407,9 @@ SECTIONS = {
 # they are, tested): no stage lists them in dvc.yaml and no out hashes them (export's
 # provenance, the report), so a run through Ray and a local run write the same dvc.lock.
 PREPARE_PLACEMENT = ("workers", "engine", "ray_address", "ray_inputs")
+# (an image project's: stages/lib/door.py swaps in another modality's keys)
 PREPARE_RESULT = tuple(f"prepare.{f.name}" for f in dataclasses.fields(Prepare)
-                       if f.name not in PREPARE_PLACEMENT)
+                       if f.name not in PREPARE_PLACEMENT and "modality" not in f.metadata)
 
 
 # {section.key: modality} of the keys only one modality's tasks read (knob(modality=...))

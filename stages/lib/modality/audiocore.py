@@ -29,7 +29,7 @@ HASH_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 32, "fram
 # the manifest columns inspect fills, in order; the error kinds it writes
 FIELDS = ("format", "subtype", "sample_rate", "channels", "frames", "duration", "peak", "rms",
           "nonfinite", "clipped", "error_kind", "error", "mel_hash")
-INSPECT_ERRORS = ("undecodable", "too_large")
+INSPECT_ERRORS = ("undecodable", "too_large")  # (kind names: the outs' check counts)
 CLIP_LEVEL = 0.999  # |sample| at or above this (full scale 1.0) counts as clipped
 
 
@@ -61,16 +61,16 @@ def riff_truncation(head: bytes, size: int) -> str:
     return ""
 
 
-def read_samples(src, max_frames: int = 0):
+def read_samples(src, max_seconds: float = 0):
     """(float64 samples, frames x channels; sample rate; soundfile's (format, subtype, rate,
     channels, frames)) of a path or a binary file object, fully decoded. A truncated file is
-    a ValueError; max_frames > 0: a file declaring more frames is refused (OverflowError)
+    a ValueError; max_seconds > 0: a file declaring a longer clip is refused (OverflowError)
     before its samples are read."""
     import soundfile as sf
 
     if not hasattr(src, "read"):
         with open(src, "rb") as f:
-            return read_samples(f, max_frames)
+            return read_samples(f, max_seconds)
     start = src.tell()
     head = src.read(4096)
     src.seek(0, 2)
@@ -80,8 +80,8 @@ def read_samples(src, max_frames: int = 0):
     if why:
         raise ValueError(why)
     with sf.SoundFile(src) as f:
-        if max_frames and f.frames > max_frames:
-            raise OverflowError(f"{f.frames} frames")
+        if max_seconds and f.frames > max_seconds * f.samplerate:
+            raise OverflowError(f"{f.frames / f.samplerate:.1f} s")
         data = f.read(dtype="float64", always_2d=True)
         info = (f.format, f.subtype, f.samplerate, f.channels, f.frames)
     if len(data) != info[4]:  # a header promising more frames than the data holds
@@ -265,10 +265,10 @@ def wave_features(x: np.ndarray, rate: int, spec: dict) -> np.ndarray:
     return quantise(log_mel_db(x, spec))[..., None]
 
 
-def features(src, spec: dict, max_frames: int = 0) -> tuple:
+def features(src, spec: dict, max_seconds: float = 0) -> tuple:
     """(the stored sample of a file (path or binary file object), uint8 n_mels x frames x 1;
     its (frames, sample rate)), from one full decode."""
-    data, rate, info = read_samples(src, max_frames)
+    data, rate, info = read_samples(src, max_seconds)
     return wave_features(mono(data), rate, spec), (info[4], rate)
 
 
@@ -291,9 +291,9 @@ def mel_hash(x: np.ndarray, rate: int) -> str:
 
 def inspect(path, limit: int = 0, with_phash: bool = True) -> dict:
     """What a full decode of a sound file (path or binary file object) finds; `error` is
-    empty when it decodes. limit: the most frames decoded (0 = no limit; ingest passes
-    validate.max_pixels, the decode bound dvc.yaml declares for ingest): a file declaring more
-    is too_large and never decoded. peak and rms are of every channel's samples, full scale
+    empty when it decodes. limit: the longest clip decoded, in seconds (0 = no limit; ingest
+    passes validate.max_seconds, the modality's input limit): a file declaring a longer one is
+    too_large and never decoded. peak and rms are of every channel's samples, full scale
     1.0; nonfinite counts NaN and infinite samples (float files), clipped the share of
     samples at full scale."""
     facts = dict.fromkeys(FIELDS, "")
@@ -301,8 +301,8 @@ def inspect(path, limit: int = 0, with_phash: bool = True) -> dict:
         data, rate, info = read_samples(path, limit)
     except OverflowError as exc:
         facts.update(error_kind="too_large",
-                     error=f"too large: {exc} > validate.max_pixels ({limit}), the most "
-                           f"frames decoded; not decoded")
+                     error=f"too long: {exc} > validate.max_seconds ({limit:g} s), the longest "
+                           f"clip decoded; not decoded")
         return facts
     except Exception as exc:  # libsndfile's errors, truncation: every one means "unusable"
         facts.update(error_kind="undecodable", error=f"cannot decode: {decode_error(exc, path)}")

@@ -22,7 +22,7 @@ GATE_DEFAULTS = {"min_seconds": 0.1, "max_seconds": 30.0, "silence_db": -60.0,
 CHECKS = {
     "undecodable": (BLOCKING, "a full decode fails (truncated, random bytes, text, a format "
                               "libsndfile does not read)"),
-    "too_large": (BLOCKING, "more frames than validate.max_pixels (never decoded)"),
+    "too_large": (BLOCKING, "longer than validate.max_seconds (never decoded)"),
     "zero_frames": (BLOCKING, "no samples at all"),
     "nonfinite": (BLOCKING, "NaN or infinite samples (float files)"),
     "channels": (BLOCKING, f"more than {MAX_CHANNELS} channels"),
