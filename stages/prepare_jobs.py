@@ -79,10 +79,10 @@ def prepare_split(rows, source: Path, encode, dtype, spec, facts=None, sized=Fal
     the resize, which a letterbox's geometry needs). facts: a list that gets each file's
     (shorter side, grey) from the header this decode opens (prepare's hints, without a second
     pass over the files); header_sizes: a list that gets each file's header size (OCR's
-    width buckets). out: a uint8 array of at least len(rows) samples to decode into (every byte of its first
-    len(rows) is written) instead of a new one: a worker reuses one for all its shards, as
-    fresh pages cost 8-10% of the decode. done: called with i after the first i files are
-    decoded (and encoded), each time."""
+    width buckets). out: a uint8 array of at least len(rows) samples to decode into (every
+    byte of its first len(rows) is written) instead of a new one: a worker reuses one for all
+    its shards, as fresh pages cost 8-10% of the decode. done: called with i after the first
+    i files are decoded (and encoded), each time."""
     import numpy as np
 
     shape = (len(rows), *modality.input_shape(spec))

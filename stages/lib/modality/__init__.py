@@ -41,7 +41,9 @@ input limit (validate.max_pixels, validate.max_seconds) ingest passes to inspect
 - image only (asked where the spec has them): LETTERBOX, line_buckets, bucket_width,
   read_drafted (stages/lib/modality/image.py).
 - evaluate's plots, the reports: thumbnail(ax, sample) (one stored sample drawn on a
-  matplotlib axis).
+  matplotlib axis), WORDS ({"item", "items"}: what the pages call inputs), describe(meta)
+  (the stored input in words), ONLY_KEYS (the params only this modality's tasks read: another
+  modality's run report leaves them out).
 """
 import importlib
 
@@ -57,7 +59,7 @@ INTERFACE = (
     "header", "header_facts", "choose_shape", "stored", "input_shape", "decode",
     "normalize", "input_spec", "augment",
     "read", "read_header", "sized", "warmup_input", "recipe_keys", "shape_of",
-    "thumbnail",
+    "thumbnail", "WORDS", "describe", "ONLY_KEYS",
 )
 
 

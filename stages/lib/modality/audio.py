@@ -32,3 +32,16 @@ Spec = AudioSpec  # the modality's input spec (INTERFACE)
 def stored(size, channels: int = 1, letterbox=False) -> AudioSpec:
     """The spec of prepare's resolved settings (a clip is never letterboxed)."""
     return AudioSpec.of(size)
+
+# what the reports call one input and several, and the params only audio tasks read
+WORDS = {"item": "clip", "items": "clips"}
+ONLY_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds",
+             "validate.silence_db", "validate.max_clipped")
+
+
+def describe(meta) -> str:
+    """The stored input in words, for the run report's header: "1 s clips at 16000 Hz,
+    log-mel 40 bands x 101 frames (n_fft 512, hop 160)"."""
+    spec = AudioSpec.from_meta(meta)
+    return (f"{spec.seconds:g} s clips at {spec.sample_rate} Hz, log-mel {spec.n_mels} bands x "
+            f"{spec.frames} frames (n_fft {spec.n_fft}, hop {spec.hop})")

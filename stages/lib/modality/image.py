@@ -28,3 +28,14 @@ Spec = ImageSpec  # the modality's input spec (INTERFACE)
 # image only, outside INTERFACE (asked where the spec has them): LETTERBOX (what meta.json
 # records of a letterboxed input), line_buckets and bucket_width (text lines' width buckets),
 # read_drafted (a JPEG decoded at a reduced scale, when read_header chose one)
+
+# what the reports call one input and several, and the params only image tasks read (another
+# modality's run report leaves them out)
+WORDS = {"item": "image", "items": "images"}
+ONLY_KEYS = ("prepare.image_size", "prepare.letterbox", "validate.min_side",
+             "validate.max_pixels", "validate.formats")
+
+
+def describe(meta) -> str:
+    """The stored input in words, for the run report's header: "16px images"."""
+    return f"{meta.get('image_size', '?')}px images"
