@@ -63,8 +63,9 @@ def test_broken_files_are_undecodable_naming_why(tmp_path, word):
     assert cut["error_kind"] == "undecodable" and "truncated" in cut["error"]
     text = audio.inspect(tmp_path / "text.wav", 0)
     assert text["error_kind"] == "undecodable" and str(tmp_path) not in text["error"]
-    big = audio.inspect(write(tmp_path / "b.wav", word), 100)
-    assert big["error_kind"] == "too_large" and "validate.max_pixels" in big["error"]
+    big = audio.inspect(write(tmp_path / "b.wav", word), 0.1)  # validate.max_seconds 0.1
+    assert big["error_kind"] == "duration" and "over validate.max_seconds (0.1 s)" in big["error"]
+    assert big["format"] == "WAV" and float(big["duration"]) > 0.1 and big["mel_hash"] == ""
 
 
 def gate(rows, p):

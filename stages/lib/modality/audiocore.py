@@ -29,7 +29,7 @@ HASH_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 32, "fram
 # the manifest columns inspect fills, in order; the error kinds it writes
 FIELDS = ("format", "subtype", "sample_rate", "channels", "frames", "duration", "peak", "rms",
           "nonfinite", "clipped", "error_kind", "error", "mel_hash")
-INSPECT_ERRORS = ("undecodable", "too_large")  # (kind names: the outs' check counts)
+INSPECT_ERRORS = ("undecodable", "duration")
 CLIP_LEVEL = 0.999  # |sample| at or above this (full scale 1.0) counts as clipped
 
 
@@ -61,11 +61,20 @@ def riff_truncation(head: bytes, size: int) -> str:
     return ""
 
 
+class TooLong(OverflowError):
+    """A clip longer than the limit, refused from its header: soundfile's (format, subtype,
+    rate, channels, frames) in `info`."""
+
+    def __init__(self, info: tuple):
+        super().__init__(f"{info[4] / info[2]:.1f} s" if info[2] else f"{info[4]} frames")
+        self.info = info
+
+
 def read_samples(src, max_seconds: float = 0):
     """(float64 samples, frames x channels; sample rate; soundfile's (format, subtype, rate,
     channels, frames)) of a path or a binary file object, fully decoded. A truncated file is
-    a ValueError; max_seconds > 0: a file declaring a longer clip is refused (OverflowError)
-    before its samples are read."""
+    a ValueError; max_seconds > 0: a file declaring a longer clip is refused (TooLong) before
+    its samples are read."""
     import soundfile as sf
 
     if not hasattr(src, "read"):
@@ -81,7 +90,7 @@ def read_samples(src, max_seconds: float = 0):
         raise ValueError(why)
     with sf.SoundFile(src) as f:
         if max_seconds and f.frames > max_seconds * f.samplerate:
-            raise OverflowError(f"{f.frames / f.samplerate:.1f} s")
+            raise TooLong((f.format, f.subtype, f.samplerate, f.channels, f.frames))
         data = f.read(dtype="float64", always_2d=True)
         info = (f.format, f.subtype, f.samplerate, f.channels, f.frames)
     if len(data) != info[4]:  # a header promising more frames than the data holds
@@ -293,16 +302,19 @@ def inspect(path, limit: int = 0, with_phash: bool = True) -> dict:
     """What a full decode of a sound file (path or binary file object) finds; `error` is
     empty when it decodes. limit: the longest clip decoded, in seconds (0 = no limit; ingest
     passes validate.max_seconds, the modality's input limit): a file declaring a longer one is
-    too_large and never decoded. peak and rms are of every channel's samples, full scale
+    never decoded, its header's facts kept and its error the duration check's. peak and rms are of every channel's samples, full scale
     1.0; nonfinite counts NaN and infinite samples (float files), clipped the share of
     samples at full scale."""
     facts = dict.fromkeys(FIELDS, "")
     try:
         data, rate, info = read_samples(path, limit)
-    except OverflowError as exc:
-        facts.update(error_kind="too_large",
-                     error=f"too long: {exc} > validate.max_seconds ({limit:g} s), the longest "
-                           f"clip decoded; not decoded")
+    except TooLong as exc:
+        fmt, subtype, rate, channels, frames = exc.info
+        facts.update(format=fmt, subtype=subtype, sample_rate=rate, channels=channels,
+                     frames=frames, duration=f"{frames / rate:.4f}" if rate else "0",
+                     error_kind="duration",
+                     error=f"duration {frames / rate:.3f} s over validate.max_seconds "
+                           f"({limit:g} s): never decoded")
         return facts
     except Exception as exc:  # libsndfile's errors, truncation: every one means "unusable"
         facts.update(error_kind="undecodable", error=f"cannot decode: {decode_error(exc, path)}")
