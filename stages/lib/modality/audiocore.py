@@ -302,9 +302,9 @@ def inspect(path, limit: int = 0, with_phash: bool = True) -> dict:
     """What a full decode of a sound file (path or binary file object) finds; `error` is
     empty when it decodes. limit: the longest clip decoded, in seconds (0 = no limit; ingest
     passes validate.max_seconds, the modality's input limit): a file declaring a longer one is
-    never decoded, its header's facts kept and its error the duration check's. peak and rms are of every channel's samples, full scale
-    1.0; nonfinite counts NaN and infinite samples (float files), clipped the share of
-    samples at full scale."""
+    never decoded, its header's facts kept and its error the duration check's. peak and rms
+    are of every channel's samples, full scale 1.0; nonfinite counts NaN and infinite samples
+    (float files), clipped the share of samples at full scale."""
     facts = dict.fromkeys(FIELDS, "")
     try:
         data, rate, info = read_samples(path, limit)
