@@ -53,6 +53,9 @@ class Model:
     # a registered model's facts (tools/registry/models.py): artifact, version, stage, commit,
     # data_version, md5, metrics...; {} for a model given as a file path
     registry: dict = field(default_factory=dict)
+    # a sound model's longest clip, in seconds (predict's and serve's --max-seconds); 0: the
+    # audio modality's own MAX_SECONDS
+    max_seconds: float = 0.0
 
     def __post_init__(self):
         if self.task is None:
@@ -260,6 +263,6 @@ def describe(model: Model, metrics_path=None) -> dict:
 
 
 def input_limit(model, max_pixels: int):
-    """The limit a model's modality reads an input under: --max-pixels for images; for
-    sounds, 0 (the audio modality's own MAX_SECONDS)."""
-    return max_pixels if model.modality.LIMIT == "validate.max_pixels" else 0
+    """The limit a model's modality reads an input under: --max-pixels for images, the
+    model's --max-seconds for sounds (its modality's LIMIT names which)."""
+    return max_pixels if model.modality.LIMIT == "validate.max_pixels" else model.max_seconds

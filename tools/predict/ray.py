@@ -92,6 +92,7 @@ class _Spec:
 
         self.modality = get(spec["modality"])
         self.spec = self.modality.Spec.from_meta(spec["recipe"])
+        self.max_seconds = spec["max_seconds"]
 
 
 class Predictor:
@@ -134,7 +135,7 @@ def actor_spec(model, model_path, threads: int) -> dict:
     return {"backend": model.backend, "path": model_file(model.backend, model_path),
             "threads": threads or 1,
             "meta": dict(model.meta), "recipe": model_recipe(model),
-            "modality": model.task.modality_name}
+            "modality": model.task.modality_name, "max_seconds": model.max_seconds}
 
 
 def model_recipe(model) -> dict:
@@ -179,7 +180,7 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
     from tqdm import tqdm
 
     spec = actor_spec(model, model_path, threads)
-    decode_spec = {"recipe": spec["recipe"], "modality": spec["modality"]}
+    decode_spec = {k: spec[k] for k in ("recipe", "modality", "max_seconds")}
     decode = ray.remote(num_cpus=0, max_retries=3)(decode_shard)
     actor_class = ray.remote(num_cpus=spec["threads"], max_restarts=0)(Predictor)
     size = max(1, int(ray.cluster_resources().get("CPU", 1) // spec["threads"]))
