@@ -1,6 +1,7 @@
 """Each modality speaks its own language (issue 57): the input recipe is spelt once, in the
 spec module; the audio code names no image; an audio project's old params form is refused in
 one line naming the new keys."""
+import html
 import re
 import subprocess
 
@@ -105,3 +106,12 @@ def test_init_writes_a_speech_project_without_image_size(tmp_path):
     back = yaml.safe_load((project / "params.yaml").read_text())
     assert back["prepare"]["image_size"] == "auto" and "audio" not in back["prepare"]
     assert (project / "dvc.yaml").read_text() == (ROOT / "dvc.yaml").read_text()
+
+
+def visible_text(page: str) -> str:
+    """What a reader sees of a report page: its text without styles, scripts, embedded data
+    and the code files' list (the hashes of stages/'s files, imagecore.py among them)."""
+    page = re.sub(r"<(style|script)\b.*?</\1>", " ", page, flags=re.S)
+    page = re.sub(r"<details><summary>Code:.*?</details>", " ", page, flags=re.S)
+    page = re.sub(r"data:[\w/+.-]+;base64,[\w+/=]+", " ", page)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))

@@ -131,12 +131,13 @@ class Task:
         shown = ", ".join(map(str, classes[:8])) + (" ..." if len(classes) > 8 else "")
         return f"{len(classes)} classes ({shown})"
 
-    def fit_prepare(self, images: list) -> list:
+    def fit_prepare(self, facts: list) -> list:
         """[(dotted prepare key, value, why)]: prepare's settings for one's own data, from the
-        header facts [(split, width, height, grey)] of its images (upright sizes; split "" when
-        the data has none). Default, square inputs: image_size and channels as prepare's auto
-        chooses them (stages/lib/modality/imagefit.py: sizes from train), mean/std auto
-        (train's)."""
+        header facts of its files (the modality's header: images (split, width, height, grey),
+        upright sizes; split "" when the data has none). Default, square images: image_size
+        and channels as prepare's auto chooses them (stages/lib/modality/imagefit.py: sizes
+        from train), mean/std auto (train's)."""
+        images = facts
         from stages.lib.modality.imagefit import (AUTO_SIZE_CAP, AUTO_SIZE_MIN, SIZE_MULTIPLE,
                                                   auto_size)
 
@@ -158,9 +159,10 @@ class Task:
     # from its default under a task that does not list it, such a key is a leftover of
     # another task (train.aug_stretch under classification)
     task_keys: tuple = ()
-    # prepare.channels values that fit the task's data ("auto": chosen from the data)
-    channels: tuple = (1, 3, "auto")
-    # the smallest prepare.image_size (pixels per side) the task's models take
+    # prepare.channels values that fit the task's data ("auto": chosen from the data); () =
+    # its modality's (CHANNELS: images 1, 3 or auto; sounds 1 or auto)
+    channels: tuple = ()
+    # image tasks: the smallest prepare.image_size (pixels per side) the task's models take
     min_image_size = 1
 
     def param_problems(self, params: dict, others: list) -> list[str]:
@@ -174,11 +176,12 @@ class Task:
         task's key set. A task with further needs adds to this list."""
         prepare = params["prepare"]
         out = [self.model_problem(params["train"].model, others)]
-        if prepare.channels not in self.channels:
-            wanted = [c for c in self.channels if c != "auto"]
+        channels = self.channels or self.modality.CHANNELS
+        if prepare.channels not in channels:
+            wanted = [c for c in channels if c != "auto"]
+            rgb = " (RGB) or auto (grey only when every image is)" if 3 in wanted else " or auto"
             out.append(f"prepare.channels: {prepare.channels}, but {self.name} takes "
-                       f"{' or '.join(map(str, wanted))} (RGB) or auto (grey only when every "
-                       f"image is)")
+                       f"{' or '.join(map(str, wanted))}{rgb}")
             for key in ("mean", "std"):
                 value = getattr(prepare, key)
                 if isinstance(value, list) and len(wanted) == 1 and len(value) != wanted[0]:

@@ -43,7 +43,8 @@ input limit (validate.max_pixels, validate.max_seconds) ingest passes to inspect
 - evaluate's plots, the reports: thumbnail(ax, sample) (one stored sample drawn on a
   matplotlib axis), WORDS ({"item", "items"}: what the pages call inputs), describe(meta)
   (the stored input in words), ONLY_KEYS (the params only this modality's tasks read: another
-  modality's run report leaves them out).
+  modality's run report leaves them out), CHANNELS (the prepare.channels values its tasks
+  take unless a task narrows them).
 """
 import importlib
 
@@ -59,7 +60,7 @@ INTERFACE = (
     "header", "header_facts", "choose_shape", "stored", "input_shape", "decode",
     "normalize", "input_spec", "augment",
     "read", "read_header", "sized", "warmup_input", "recipe_keys", "shape_of",
-    "thumbnail", "WORDS", "describe", "ONLY_KEYS",
+    "thumbnail", "WORDS", "describe", "ONLY_KEYS", "CHANNELS",
 )
 
 

@@ -35,6 +35,7 @@ def stored(size, channels: int = 1, letterbox=False) -> AudioSpec:
 
 # what the reports call one input and several, and the params only audio tasks read
 WORDS = {"item": "clip", "items": "clips"}
+CHANNELS = (1, "auto")  # prepare.channels: a spectrogram has one
 ONLY_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds",
              "validate.silence_db", "validate.max_clipped")
 

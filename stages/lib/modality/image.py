@@ -32,6 +32,7 @@ Spec = ImageSpec  # the modality's input spec (INTERFACE)
 # what the reports call one input and several, and the params only image tasks read (another
 # modality's run report leaves them out)
 WORDS = {"item": "image", "items": "images"}
+CHANNELS = (1, 3, "auto")  # prepare.channels an image task takes (a task may narrow them)
 ONLY_KEYS = ("prepare.image_size", "prepare.letterbox", "validate.min_side",
              "validate.max_pixels", "validate.formats")
 

@@ -49,7 +49,6 @@ class Audio(SingleLabel):
     )
     models = ("audio_cnn",)
     task_keys = (*SingleLabel.task_keys, *AUDIO_KEYS)
-    channels = (1, "auto")
 
     def check_settings(self, params):
         """The rate every clip must have: prepare's feature rate (validate's sample_rate)."""

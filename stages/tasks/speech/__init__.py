@@ -23,7 +23,6 @@ class Speech(CtcText):
     checks = {**checks.CHECKS, **RATE_CHECK}
     item = "clip"
     secondary_metrics = ("wer", "clip_accuracy")
-    channels = (1, "auto")
     recipe = {
         "train.model": "cnn_bigru", "train.epochs": 20, "train.batch_size": 32,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.grad_clip": 5.0,
