@@ -193,7 +193,8 @@ class Task:
         if prepare.letterbox is True and self.letterbox is None:
             out.append(f"prepare.letterbox: true, but {self.name}'s targets do not follow a "
                        f"letterbox: set auto or false")
-        return [line for line in out if line] + self.leftover_keys(params, others)
+        return ([line for line in out if line] + self.leftover_keys(params, others)
+                + self.other_modality_keys(params, others))
 
     def model_problem(self, name: str, others: list) -> str:
         """Why train.model does not fit ("" when it does): a name outside `models`, said to be
@@ -206,6 +207,26 @@ class Task:
         builds = self.models[0] if len(self.models) == 1 else (
             f"{', '.join(self.models)} ({self.models[0]} is its default)")
         return f"train.model: {name!r} is {what}; {self.name} builds {builds}"
+
+    def other_modality_keys(self, params: dict, others: list) -> list[str]:
+        """Another modality's own keys (its ONLY_KEYS: an image task's prepare.image_size or
+        prepare.height under an audio task) set away from their defaults; those another task
+        lists among its task_keys are leftover_keys' to name."""
+        from stages.lib.modality import MODALITIES, get
+
+        listed = {key for other in others for key in other.task_keys}
+        out = []
+        for name in sorted(MODALITIES):
+            if name == self.modality_name:
+                continue
+            for key in get(name).ONLY_KEYS:
+                section, field = key.split(".")
+                value = getattr(params[section], field)
+                default = getattr(type(params[section])(), field)
+                if key not in listed and value != default:
+                    out.append(f"{key}: {value!r} is read by {name} tasks only; {self.name} "
+                               f"ignores it: remove it (default {default!r})")
+        return out
 
     def leftover_keys(self, params: dict, others: list) -> list[str]:
         """Another task's task_keys this task does not read, set away from their defaults."""
