@@ -38,7 +38,7 @@ def main(params_path):
     kernels = use_trained(params["train"], click.echo)  # before torch loads: the model's kernels
     from stages.lib.model.models import no_weights, predict_bucketed, predict_outputs
     from stages.lib.model.provenance import run_record, write_run_record
-    from stages.lib.data.shards import View, images_view, load_test, load_widths
+    from stages.lib.data.shards import View, samples_view, load_test, load_widths
 
     from stages.lib.train.cores import stage_threads
 
@@ -53,7 +53,7 @@ def main(params_path):
                 else predict_bucketed(m, x, widths, task, p.batch_size))
 
     outputs = outputs_of(model)
-    images = images_view("test")  # uint8, what the model saw
+    images = samples_view("test")  # uint8, what the model saw
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
         old, old_meta = load_model(p.compare_with)

@@ -164,11 +164,11 @@ def other_formats(p, params, task, model, meta, blob, x, paths):
     from stages.lib.model import formats
     from stages.lib.model.models import predict_outputs
     from stages.lib.model.parity import parity_gate, worst_image
-    from stages.lib.data.shards import images_view, load_split
+    from stages.lib.data.shards import samples_view, load_split
 
     evaluate_p = params["evaluate"]
     _, y, _ = load_split("test")
-    y, images, name = y[:], images_view("test"), task.headline_metric
+    y, images, name = y[:], samples_view("test"), task.headline_metric
     higher = task.headline_higher_is_better
 
     def score(outputs) -> float:

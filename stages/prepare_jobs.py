@@ -117,7 +117,7 @@ def write_shard(job) -> tuple:
         w["writer"] = ShardWriter(OUT_DIR)
     writer = w["writer"]
     # the images file goes to the disk as the decode fills it (io.StreamedWrite)
-    with writer.images(split, k, shape) as images_file:
+    with writer.samples(split, k, shape) as images_file:
         x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["spec"], facts,
                              w["sized"], sizes, images_file.x, done=images_file.filled,
                              modality=w["modality"])
