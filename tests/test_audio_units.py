@@ -84,10 +84,11 @@ def test_params_of_another_task_or_an_image_size_are_refused(tmp_path):
     from stages.lib.params import parse_all
     from stages.tasks import check_params
 
-    raw = {"task": "audio", "train": {"model": "small_cnn"}}
+    raw = {"task": "audio", "train": {"model": "small_cnn"}, "prepare": {"image_size": 32}}
     with pytest.raises(StageError) as info:
         check_params(TASK, parse_all(raw, "params.yaml"))
     assert "a classification model" in str(info.value)
+    assert "prepare.image_size: 32 is read by image tasks only" in str(info.value)
     classification = get("classification")
     raw = {"train": {"aug_time_mask": 10}}
     with pytest.raises(StageError,
