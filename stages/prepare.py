@@ -263,8 +263,8 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
         "shard_size": p.shard_size,
         **({"width_buckets": buckets(p)} if p.width_buckets else {}),
     })
-    click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "
-               f"({how})")
+    click.echo(f"prepare: {sum(len(r) for r in splits.values())} {modality.WORDS['items']} -> "
+               f"{OUT_DIR}/ ({how})")
 
 
 if __name__ == "__main__":
