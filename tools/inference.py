@@ -71,12 +71,15 @@ class Model:
         return self.task.modality
 
     @property
+    def recipe(self) -> dict:
+        """The input recipe the model stores (stages/lib/modality/spec.py RECIPE), by key."""
+        return dict(zip(RECIPE, (self.image_size, self.channels, self.mean, self.std),
+                        strict=True))
+
+    @property
     def spec(self):
-        """The model's input spec (its modality's Spec: stages/lib/modality/spec.py), from the
-        recipe it stores."""
-        stored = dict(zip(RECIPE, (self.image_size, self.channels, self.mean, self.std),
-                          strict=True))
-        return self.modality.Spec.from_meta({**stored, LETTERBOX: self.letterbox,
+        """The model's input spec (its modality's Spec), from the recipe it stores."""
+        return self.modality.Spec.from_meta({**self.recipe, LETTERBOX: self.letterbox,
                                              "width_buckets": self.width_buckets})
 
     @property
@@ -248,8 +251,7 @@ def describe(model: Model, metrics_path=None) -> dict:
            "sha256": model.sha256, "weights_sha256": model.weights_sha256,
            "task": model.task.name,
            "classes": [str(c) for c in model.classes],
-           "input": {"image_size": model.image_size, "channels": model.channels,
-                     "mean": model.mean, "std": model.std},
+           "input": model.recipe,
            "provenance": model.info, "metrics": None}
     if model.registry:  # its own metrics (the tag message), not the working directory's
         from tools.registry.safety import public_facts

@@ -141,10 +141,9 @@ def actor_spec(model, model_path, threads: int) -> dict:
 def model_recipe(model) -> dict:
     """The model's stored input recipe (stages/lib/modality/spec.py), as the decode tasks
     rebuild its spec from it."""
-    from stages.lib.modality.spec import LETTERBOX, RECIPE
+    from stages.lib.modality.spec import LETTERBOX
 
-    return {**dict(zip(RECIPE, (model.image_size, model.channels, model.mean, model.std),
-                       strict=True)), LETTERBOX: model.letterbox}
+    return {**model.recipe, LETTERBOX: model.letterbox}
 
 
 def check_retry(ray, exc, index: int, items, attempt: int, spec: dict) -> None:
