@@ -18,6 +18,9 @@ LIMIT = "validate.max_pixels"  # the params key of the input limit ingest passes
 
 @dataclass(frozen=True)
 class ImageSpec:
+    """An image model's input: its size, channels, letterbox, normalisation and the width
+    buckets of a text-line model."""
+
     size: object = 64  # pixels per side, or [height, width]
     channels: int = 1
     letterbox: object = False
