@@ -236,14 +236,15 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
         meta["letterbox"] = modality.LETTERBOX if letterbox else False
     task.encoder({**meta, "source": source_path(source)})  # fail here, not in a worker
     every = sum(len(r) for r in splits.values())
-    first = needs_headers_first(p)
+    given = modality.given_size(p)  # the size params.yaml gives (images: auto or pixels)
+    first = needs_headers_first(p, given)
     if first:  # auto size/channels: from the headers, before any decode
         sides, colour = read_headers(splits, source, workers_pool, task.modality_name)
         image_size, channels, lines = modality.choose_shape(p, sides, colour, every)
         for text in lines:
             click.echo(text)
     else:
-        image_size, channels = p.image_size, p.channels
+        image_size, channels = given, p.channels
     check_norm(p, channels)
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
     # the workers decode, write, and bring back the facts for the hints and auto mean/std:

@@ -97,7 +97,7 @@ class Task:
 
     def check_settings(self, params: dict) -> dict:
         """What the task's checks (check_columns, reason) need of other stages' params (ocr:
-        the CTC length rule on prepare.height/width; audio and speech: prepare.image_size's
+        the CTC length rule on prepare.height/width; audio and speech: prepare.audio's
         sample rate): validate passes it to both. Default: none."""
         return {}
 

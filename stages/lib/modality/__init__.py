@@ -24,7 +24,8 @@ input limit (validate.max_pixels, validate.max_seconds) ingest passes to inspect
 - init, prepare: header(path) (what init shows of a file and Task.fit_prepare reads),
   header_facts(path) (what prepare's auto settings read from a header), choose_shape(p,
   sides, colour, total) (the fit settings: the stored size and channels, with a line each
-  saying why), stored(size, channels, letterbox) (the Spec of prepare's resolved settings),
+  saying why), given_size(p) (the stored size prepare's params give, or auto),
+  stored(size, channels, letterbox) (the Spec of prepare's resolved settings),
   input_shape(spec) (one stored sample), decode(path, spec, facts, sizes) (one file as stored
   model input).
 - train, evaluate, export, predict, serve: normalize(batch, mean, std) (stored samples to
@@ -57,7 +58,7 @@ INTERFACE = (
     "FIELDS", "INSPECT_ERRORS", "inspect",
     "CHECKS", "check_columns", "expectations", "reason",
     "fingerprint",
-    "header", "header_facts", "choose_shape", "stored", "input_shape", "decode",
+    "header", "header_facts", "choose_shape", "given_size", "stored", "input_shape", "decode",
     "normalize", "input_spec", "augment",
     "read", "read_header", "sized", "warmup_input", "recipe_keys", "shape_of",
     "thumbnail", "WORDS", "describe", "ONLY_KEYS", "CHANNELS",

@@ -46,3 +46,9 @@ def describe(meta) -> str:
     spec = AudioSpec.from_meta(meta)
     return (f"{spec.seconds:g} s clips at {spec.sample_rate} Hz, log-mel {spec.n_mels} bands x "
             f"{spec.frames} frames (n_fft {spec.n_fft}, hop {spec.hop})")
+
+
+def given_size(p) -> dict:
+    """The stored size prepare's params give (p: the prepare section): prepare.audio's
+    settings, defaults filled (never auto)."""
+    return AudioSpec.of(p.audio).settings

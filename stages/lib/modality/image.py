@@ -41,3 +41,9 @@ ONLY_KEYS = ("prepare.image_size", "prepare.letterbox", "prepare.height", "prepa
 def describe(meta) -> str:
     """The stored input in words, for the run report's header: "16px images"."""
     return f"{meta.get('image_size', '?')}px images"
+
+
+def given_size(p) -> object:
+    """The stored size prepare's params give (p: the prepare section): prepare.image_size,
+    auto or pixels per side."""
+    return p.image_size
