@@ -303,8 +303,8 @@ def main(params_path):
     click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {metrics['batch_sizes']}: "
                f"max |diff| {metrics['max_abs_diff']:.2e}, "
                f"{task.agreement_name.replace('_', ' ')} {metrics[task.agreement_name]:.3f} "
-               f"on {len(x)} images" + (f"; also {FOLDERS['torchscript'] / 'model.pt'}"
-                                         if p.torchscript else ""))
+               f"on {len(x)} {task.modality.WORDS['items']}"
+               + (f"; also {FOLDERS['torchscript'] / 'model.pt'}" if p.torchscript else ""))
     for note in notes:
         click.echo(f"export: {note}")
 
