@@ -70,6 +70,7 @@ class Facts:
     # words (its describe)
     words: tuple = (("item", "image"), ("items", "images"))
     inputs: str = ""
+    meta_labels: tuple = ()  # (stored key, label): the modality's META_LABELS
 
     def word(self, key: str) -> str:
         """"image"/"clip" (item) or "images"/"clips" (items): the run's inputs."""
@@ -113,6 +114,7 @@ def gather(params_path, out: Path, task, git: dict | None = None,
         python=platform.python_version(), checks=all_checks(task), git=git,
         experiments=experiments, measured=measured,
         words=tuple(task.modality.WORDS.items()),
+        meta_labels=tuple(task.modality.META_LABELS.items()),
         inputs=task.modality.describe(onnx["metadata"]) if "image_size" in onnx["metadata"]
         else "?")
 

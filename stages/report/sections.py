@@ -249,7 +249,8 @@ def export(facts: Facts) -> str:
                      "logs/export.json and reports/experiments.html, not in this page)")
     verdict = (f'<span class="badge {"ok" if agree else "bad"}">top-1 agreement '
                f'{fmt(parity.get("top1_agreement"))}</span>')
-    meta_rows = [f'<tr><td><code>{esc(k)}</code></td><td data-key="onnx.{esc(k)}" '
+    labels = dict(facts.meta_labels)  # a stored key in the modality's words
+    meta_rows = [f'<tr><td><code>{esc(labels.get(k, k))}</code></td><td data-key="onnx.{esc(k)}" '
                  f'data-value="{esc(json.dumps(v))}"><code>{esc(fmt(v))}</code></td></tr>'
                  for k, v in onnx["metadata"].items()]
     model = [

@@ -45,7 +45,7 @@ input limit (validate.max_pixels, validate.max_seconds) ingest passes to inspect
   matplotlib axis), WORDS ({"item", "items"}: what the pages call inputs), describe(meta)
   (the stored input in words), ONLY_KEYS (the params only this modality's tasks read: another
   modality's run report leaves them out), CHANNELS (the prepare.channels values its tasks
-  take unless a task narrows them).
+  take unless a task narrows them), META_LABELS ({stored key: what the reports call it}).
 """
 import importlib
 
@@ -62,6 +62,7 @@ INTERFACE = (
     "normalize", "input_spec", "augment",
     "read", "read_header", "sized", "warmup_input", "recipe_keys", "shape_of",
     "thumbnail", "WORDS", "describe", "ONLY_KEYS", "CHANNELS",
+    "META_LABELS",
 )
 
 

@@ -23,8 +23,7 @@ from stages.lib.modality.audiogate import CHECKS, check_columns, expectations, r
 from stages.lib.modality.audioserve import read, read_header, sized  # noqa: F401
 from stages.lib.modality.audiospec import LIMIT_KEY as LIMIT  # noqa: F401
 from stages.lib.modality.audiospec import AudioSpec
-
-from stages.lib.modality.spec import recipe_keys, shape_of  # noqa: F401,E402
+from stages.lib.modality.spec import SIZE, recipe_keys, shape_of  # noqa: F401
 
 Spec = AudioSpec  # the modality's input spec (INTERFACE)
 
@@ -36,6 +35,8 @@ def stored(size, channels: int = 1, letterbox=False) -> AudioSpec:
 # what the reports call one input and several, and the params only audio tasks read
 WORDS = {"item": "clip", "items": "clips"}
 CHANNELS = (1, "auto")  # prepare.channels: a spectrogram has one
+# the stored recipe's keys as the reports show them (the stored name is every modality's)
+META_LABELS = {SIZE: "log-mel settings (prepare.audio)"}
 ONLY_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds",
              "validate.silence_db", "validate.max_clipped")
 

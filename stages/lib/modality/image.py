@@ -33,6 +33,7 @@ Spec = ImageSpec  # the modality's input spec (INTERFACE)
 # modality's run report leaves them out)
 WORDS = {"item": "image", "items": "images"}
 CHANNELS = (1, 3, "auto")  # prepare.channels an image task takes (a task may narrow them)
+META_LABELS: dict = {}  # the stored recipe's keys as the reports show them: as stored
 ONLY_KEYS = ("prepare.image_size", "prepare.letterbox", "prepare.height", "prepare.width",
              "prepare.width_buckets", "validate.min_side", "validate.max_pixels",
              "validate.formats")
