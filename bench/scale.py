@@ -141,14 +141,14 @@ def bare_train(project: Path, steps: int, batch_size: int, lr: float) -> float:
 
     from stages.lib.modality.imagecore import normalize
     from stages.lib.params import load
-    from stages.lib.data.shards import images_view, load_split
+    from stages.lib.data.shards import samples_view, load_split
     from stages.tasks.classification.model import build_model
 
     # the stage's settings: deterministic algorithms cost this loop 3-4% here (measured in one
     # process, blocks taking turns), which is the user's choice, not streaming's cost
     torch.use_deterministic_algorithms(load("train", project / "params.yaml").deterministic)
     _, y_view, meta = load_split("train", project / "data/processed")
-    x = images_view("train", project / "data/processed")[:]  # the whole split, in memory
+    x = samples_view("train", project / "data/processed")[:]  # the whole split, in memory
     y = torch.from_numpy(np.asarray(y_view[:]))
     torch.manual_seed(0)
     model = build_model("small_cnn", len(meta["classes"]), meta["channels"])

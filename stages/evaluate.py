@@ -38,7 +38,7 @@ def main(params_path):
     kernels = use_trained(params["train"], click.echo)  # before torch loads: the model's kernels
     from stages.lib.model.models import no_weights, predict_bucketed, predict_outputs
     from stages.lib.model.provenance import run_record, write_run_record
-    from stages.lib.data.shards import View, images_view, load_test, load_widths
+    from stages.lib.data.shards import View, samples_view, load_test, load_widths
 
     from stages.lib.train.cores import stage_threads
 
@@ -53,12 +53,13 @@ def main(params_path):
                 else predict_bucketed(m, x, widths, task, p.batch_size))
 
     outputs = outputs_of(model)
-    images = images_view("test")  # uint8, what the model saw
+    images = samples_view("test")  # uint8, what the model saw
     metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
         old, old_meta = load_model(p.compare_with)
-        keys = ("task", *task.meta_keys, "image_size", "channels", "letterbox")
-        differ = [k for k in keys if old_meta.get(k) != meta.get(k)]
+        shape_of = task.modality.shape_of  # what the stored samples look like
+        differ = [k for k in ("task", *task.meta_keys) if old_meta.get(k) != meta.get(k)] + [
+            k for k, v in shape_of(old_meta).items() if v != shape_of(meta)[k]]
         if differ:
             raise StageError(f"evaluate.compare_with: {p.compare_with} was trained with other "
                              f"{', '.join(differ)} than models/model.pt; it cannot be scored "

@@ -68,7 +68,7 @@ def bucket_widths(p, task, meta) -> list[int]:
         raise StageError(f"export.width_buckets: {odd} not a multiple of "
                          f"{task.dynamic_width}, the model's stride; e.g. "
                          f"{[w - w % task.dynamic_width or task.dynamic_width for w in odd]}")
-    trained = task.modality.bucket_width(meta["image_size"], [], None)  # no buckets: its own
+    trained = task.modality.Spec.from_meta(meta).shape[1]  # the input width it trained at
     if p.width_buckets[-1] > trained:
         raise StageError(f"export.width_buckets: {p.width_buckets[-1]} is wider than the "
                          f"trained width {trained} (prepare.width): predict and serve fit a "
@@ -164,11 +164,11 @@ def other_formats(p, params, task, model, meta, blob, x, paths):
     from stages.lib.model import formats
     from stages.lib.model.models import predict_outputs
     from stages.lib.model.parity import parity_gate, worst_image
-    from stages.lib.data.shards import images_view, load_split
+    from stages.lib.data.shards import samples_view, load_split
 
     evaluate_p = params["evaluate"]
     _, y, _ = load_split("test")
-    y, images, name = y[:], images_view("test"), task.headline_metric
+    y, images, name = y[:], samples_view("test"), task.headline_metric
     higher = task.headline_higher_is_better
 
     def score(outputs) -> float:
@@ -303,8 +303,8 @@ def main(params_path):
     click.echo(f"export: {ONNX} ({len(blob)} bytes); batch sizes {metrics['batch_sizes']}: "
                f"max |diff| {metrics['max_abs_diff']:.2e}, "
                f"{task.agreement_name.replace('_', ' ')} {metrics[task.agreement_name]:.3f} "
-               f"on {len(x)} images" + (f"; also {FOLDERS['torchscript'] / 'model.pt'}"
-                                         if p.torchscript else ""))
+               f"on {len(x)} {task.modality.WORDS['items']}"
+               + (f"; also {FOLDERS['torchscript'] / 'model.pt'}" if p.torchscript else ""))
     for note in notes:
         click.echo(f"export: {note}")
 

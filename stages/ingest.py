@@ -314,7 +314,8 @@ def no_gc():
 def inventory(root: Path, workers: int = 0, limit: int = 0, cache: Path | None = None,
               task=None, verify: str = "sample", settings: dict | None = None):
     """(manifest rows sorted by path, stats) for the tree at root (task: the default unless
-    given; limit: validate.max_pixels, what the modality's inspect decodes at most, 0 = all;
+    given; limit: the modality's input limit (its LIMIT key: validate.max_pixels for images,
+    validate.max_seconds for sounds), what its inspect decodes at most, 0 = all;
     settings: the task's read_settings, of the default params unless given).
 
     stats: {"files": n, "inspected": files hashed and decoded this time, "cached": reused,
@@ -427,8 +428,9 @@ def check_fields(rows, task) -> None:
 def main(params_path, no_cache):
     """Hash and decode every file under `data.source` and write data/manifest.csv.
 
-    Reads `task`, `data.source`, `ingest.workers` (0 = all cores) and `validate.max_pixels`
-    (the modality's limit: nothing larger is decoded) from the params file.
+    Reads `task`, `data.source`, `ingest.workers` (0 = all cores) and the modality's input
+    limit (`validate.max_pixels` for images, `validate.max_seconds` for sounds: nothing larger
+    is decoded) from the params file.
     """
     from stages.tasks import open_stage
 
@@ -440,7 +442,8 @@ def main(params_path, no_cache):
             f"dataset (for classification an ImageFolder tree <source>/<class>/<image>)."
         )
     settings = task.read_settings(params)  # detection: validate.max_boxes caps boxes as read
-    limit, max_boxes = params["validate"].max_pixels, params["validate"].max_boxes
+    limit = getattr(params["validate"], task.modality.LIMIT.partition(".")[2])
+    max_boxes = params["validate"].max_boxes
     cache = None if no_cache else cache_file(source, limit, task, max_boxes)
     ingest = params["ingest"]
     rows, stats = inventory(source, ingest.workers, limit, cache, task, ingest.verify_cache,

@@ -228,8 +228,7 @@ def main(params_path):
 def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
     """Everything after the pool (or the Ray engine) is up: meta, the auto hints, the shards,
     meta.json. how: where the decoding ran, for the last line."""
-    from stages.lib.data.autoprep import check_norm, needs_headers_first, resolve_norm
-    from stages.lib.params import AUTO
+    from stages.lib.data.autoprep import AUTO, check_norm, needs_headers_first, resolve_norm
 
     modality = task.modality
     meta = task.prepare_meta(splits)
@@ -237,21 +236,22 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
         meta["letterbox"] = modality.LETTERBOX if letterbox else False
     task.encoder({**meta, "source": source_path(source)})  # fail here, not in a worker
     every = sum(len(r) for r in splits.values())
-    first = needs_headers_first(p)
+    given = modality.given_size(p)  # the size params.yaml gives (images: auto or pixels)
+    first = needs_headers_first(p, given)
     if first:  # auto size/channels: from the headers, before any decode
         sides, colour = read_headers(splits, source, workers_pool, task.modality_name)
         image_size, channels, lines = modality.choose_shape(p, sides, colour, every)
         for text in lines:
             click.echo(text)
     else:
-        image_size, channels = p.image_size, p.channels
+        image_size, channels = given, p.channels
     check_norm(p, channels)
     shutil.rmtree(OUT_DIR, ignore_errors=True)  # no shard of an earlier, larger run stays
     # the workers decode, write, and bring back the facts for the hints and auto mean/std:
     # the parent reads no file of the dataset (Amdahl: all that work on every core)
     norm = p.mean == AUTO
     setup = shard_setup(task.name, meta, source, p, image_size, channels, not first, norm)
-    sample = modality.input_shape(input_size(p, image_size), channels)
+    sample = modality.input_shape(modality.stored(input_size(p, image_size), channels))
     (sides, colour), counts = workers_pool.write_shards(splits, setup, p.shard_size, sample, norm)
     if not first:
         for text in modality.choose_shape(p, sides, colour, every)[2]:
@@ -264,8 +264,8 @@ def prepare_splits(task, source, p, splits, letterbox, how, workers_pool):
         "shard_size": p.shard_size,
         **({"width_buckets": buckets(p)} if p.width_buckets else {}),
     })
-    click.echo(f"prepare: {sum(len(r) for r in splits.values())} images -> {OUT_DIR}/ "
-               f"({how})")
+    click.echo(f"prepare: {sum(len(r) for r in splits.values())} {modality.WORDS['items']} -> "
+               f"{OUT_DIR}/ ({how})")
 
 
 if __name__ == "__main__":

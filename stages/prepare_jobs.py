@@ -16,24 +16,25 @@ OUT_DIR = Path("data/processed")
 _WORKER = {}  # per process: the task's encoder, its modality and the prepare params (first job)
 
 
-def init_worker(task_name, meta, source, image_size, channels, facts, norm, width_buckets=()):
+def init_worker(task_name, meta, source, size, channels, facts, norm, width_buckets=()):
     """Set this process up for write_shard or decode_rows (once per distinct setup: jobs carry
     it; nothing is read from the params file, which a Ray worker's machine may not have)."""
     from stages.tasks import get
 
-    setup = (task_name, meta, source, image_size, channels, facts, norm, list(width_buckets))
+    setup = (task_name, meta, source, size, channels, facts, norm, list(width_buckets))
     if _WORKER.get("setup") == setup:
         return
     _WORKER.clear()
 
     task = get(task_name)
+    modality = task.modality
     _WORKER.update(encode=task.encoder({**meta, "source": source_path(source)}),
-                   modality=task.modality,
+                   modality=modality,
                    dtype=task.target_dtype,
-                   source=source_tree(source), image_size=image_size, channels=channels,
+                   source=source_tree(source),
+                   spec=modality.stored(size, channels, meta.get("letterbox") or False),
                    facts=facts, norm=norm, width_buckets=list(width_buckets),
-                   letterbox=bool(meta.get("letterbox")), sized=task.encoder_takes_size,
-                   setup=setup)
+                   sized=task.encoder_takes_size, setup=setup)
 
 
 @functools.lru_cache(maxsize=4)
@@ -70,29 +71,27 @@ def warm_up(modality_name: str):
     get(modality_name)
 
 
-def prepare_split(rows, source: Path, encode, dtype, image_size, channels, facts=None,
-                  letterbox=False, sized=False, header_sizes=None, out=None, done=None, *,
-                  modality):
+def prepare_split(rows, source: Path, encode, dtype, spec, facts=None, sized=False,
+                  header_sizes=None, out=None, done=None, *, modality):
     """(uint8 stored samples, targets) of some rows, each file decoded by the task's
-    modality (its decode); encode(row, sample) gives a target (sized: encode(row, sample,
-    size), the file's upright size before the resize, which a letterbox's geometry needs).
-    letterbox: keep the aspect, pad. facts: a list that gets each file's (shorter side, grey)
-    from the header this decode opens (prepare's hints, without a second pass over the
-    files); header_sizes: a list that gets each file's header size (OCR's width buckets).
-    out: a uint8 array of at least len(rows) samples to decode into (every byte of its first
-    len(rows) is written) instead of a new one: a worker reuses one for all its shards, as
-    fresh pages cost 8-10% of the decode. done: called with i after the first i files are
-    decoded (and encoded), each time."""
+    modality (its decode) as its input spec says (spec: the modality's Spec); encode(row,
+    sample) gives a target (sized: encode(row, sample, size), the file's upright size before
+    the resize, which a letterbox's geometry needs). facts: a list that gets each file's
+    (shorter side, grey) from the header this decode opens (prepare's hints, without a second
+    pass over the files); header_sizes: a list that gets each file's header size (OCR's
+    width buckets). out: a uint8 array of at least len(rows) samples to decode into (every
+    byte of its first len(rows) is written) instead of a new one: a worker reuses one for all
+    its shards, as fresh pages cost 8-10% of the decode. done: called with i after the first
+    i files are decoded (and encoded), each time."""
     import numpy as np
 
-    shape = (len(rows), *modality.input_shape(image_size, channels))
+    shape = (len(rows), *modality.input_shape(spec))
     x = np.zeros(shape, dtype=np.uint8) if out is None else out[:len(rows)]
     if x.shape != shape or x.dtype != np.uint8:
         raise ValueError(f"out: {out.dtype} {out.shape}, not room for uint8 {shape}")
     y = []
     for i, r in enumerate(rows):
-        x[i], size = modality.decode(source / r["path"], image_size, channels, letterbox, facts,
-                                     header_sizes)
+        x[i], size = modality.decode(source / r["path"], spec, facts, header_sizes)
         y.append(encode(r, x[i], size) if sized else encode(r, x[i]))
         if done is not None:
             done(i + 1)
@@ -113,18 +112,18 @@ def write_shard(job) -> tuple:
     w = _WORKER
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
-    shape = (len(rows), *w["modality"].input_shape(w["image_size"], w["channels"]))
+    shape = (len(rows), *w["modality"].input_shape(w["spec"]))
     if w.get("writer") is None:  # one for all this worker's shards (the first is the longest)
         w["writer"] = ShardWriter(OUT_DIR)
     writer = w["writer"]
     # the images file goes to the disk as the decode fills it (io.StreamedWrite)
-    with writer.images(split, k, shape) as images_file:
-        x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                             w["channels"], facts, w["letterbox"], w["sized"], sizes,
-                             images_file.x, done=images_file.filled, modality=w["modality"])
+    with writer.samples(split, k, shape) as images_file:
+        x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["spec"], facts,
+                             w["sized"], sizes, images_file.x, done=images_file.filled,
+                             modality=w["modality"])
     widths = None
     if w["width_buckets"]:  # from the headers the decode opened, not a second open
-        widths = w["modality"].line_buckets(sizes, w["image_size"], w["width_buckets"])
+        widths = w["modality"].line_buckets(sizes, w["spec"].size, w["width_buckets"])
     written = [*images_file.written, *writer.targets(split, k, y, widths)]
     return (len(rows), *decode_facts(split, x, facts, sides_count), written)
 
@@ -152,10 +151,9 @@ def decode_rows(job) -> tuple:
     w = _WORKER
     facts = [] if w["facts"] else None
     sizes = [] if w["width_buckets"] else None
-    x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["image_size"],
-                         w["channels"], facts, w["letterbox"], w["sized"], sizes,
-                         modality=w["modality"])
-    widths = (w["modality"].line_buckets(sizes, w["image_size"], w["width_buckets"])
+    x, y = prepare_split(rows, w["source"], w["encode"], w["dtype"], w["spec"], facts,
+                         w["sized"], sizes, modality=w["modality"])
+    widths = (w["modality"].line_buckets(sizes, w["spec"].size, w["width_buckets"])
               if sizes is not None else None)
     return x, y, widths, decode_facts(split, x, facts, sides_count)
 

@@ -88,7 +88,7 @@ class RayPool(RayMap):
         writer, pages = ShardWriter(OUT_DIR), StorePages()
         for name, k, _, n in shards:
             targets, widths, done = [], [], 0
-            with writer.images(name, k, (n, *sample)) as images:
+            with writer.samples(name, k, (n, *sample)) as images:
                 while done < n:
                     cx, cy, cw, (c_sides, c_colour, c_counts) = next(results)
                     images.x[done:done + len(cx)] = cx

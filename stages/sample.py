@@ -30,7 +30,7 @@ def main(params_path):
         n += 1
     shutil.rmtree(OUT, ignore_errors=True)
     tmp.rename(OUT)  # the folder appears whole or not at all
-    click.echo(f"sample: wrote {n} images to {OUT}/")
+    click.echo(f"sample: wrote {n} files to {OUT}/")
 
 
 if __name__ == "__main__":

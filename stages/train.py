@@ -144,8 +144,7 @@ def write_outputs(p, run, meta, record, x_val, device) -> None:
     # LoRA: the adapters merged into plain weights; checked on a validation batch
     probe = x_val[0:min(len(x_val), 64)].to(device) if p.adapter != "none" else None
     model, merge_diff = finetune.merged(run.model, p, probe)
-    keys = (*task.meta_keys, "image_size", "channels", "mean", "std",
-            *(["letterbox"] if "letterbox" in meta else []))  # prepare.letterbox
+    keys = (*task.meta_keys, *task.modality.recipe_keys(meta))  # the input spec, as stored
     buckets = {"width_buckets": meta["width_buckets"]} if meta.get("width_buckets") else {}
     save_model(MODEL, model, {**{k: meta[k] for k in keys}, "model": p.model,
                               "task": task.name, **buckets,

@@ -168,7 +168,7 @@ def report_html(summary, result, policy, task) -> str:
     """reports/validation.html: a self-contained page (stages/report/validation.py)."""
     from stages.report.validation import page
 
-    return page(summary, result, policy, checks.all_checks(task))
+    return page(summary, result, policy, checks.all_checks(task), task.modality.WORDS["items"])
 
 
 def failure_message(result, total: int, policy: str, task) -> str:

@@ -46,6 +46,18 @@ def test_the_report_plays_the_worst_cases(audio_project):
     assert "confusion" in html
 
 
+def test_the_report_speaks_of_clips_seconds_and_sample_rates(audio_project):
+    """Issue 57: the page an audio run writes names clips, seconds and the sample rate, never
+    images or pixels, and lists no image-only param (validate.formats, max_pixels)."""
+    from tests.test_input_spec import visible_text
+
+    text = visible_text((audio_project / "reports/run.html").read_text())
+    assert "1 s clips at 16000 Hz, log-mel 40 bands x 101 frames" in text
+    assert "test clips" in text and "usable clips" in text
+    for word in ("image", "pixel", "px", "max_pixels", "BMP", "JPEG", "min_side"):
+        assert word.lower() not in text.lower(), (word, text[:2000])
+
+
 def clips(folder, audio_project, n=3):
     """n sample clips copied into folder, plus a truncated clip and a text file named .wav."""
     folder.mkdir()

@@ -73,11 +73,11 @@ def test_speaker_is_the_name_before_nohash():
 def test_fit_prepare_covers_most_clips_within_bounds():
     facts = [("train", 16000 * s // 10, 16000, True) for s in (5, 8, 10, 10, 12)]
     fit = {k: v for k, v, _ in TASK.fit_prepare(facts)}
-    assert fit["prepare.image_size"] == {"sample_rate": 16000, "n_fft": 512, "hop": 160,
+    assert fit["prepare.audio"] == {"sample_rate": 16000, "n_fft": 512, "hop": 160,
                                          "n_mels": 40, "frames": 101}
     assert fit["prepare.channels"] == 1 and fit["prepare.mean"] == "auto"
     long = {k: v for k, v, _ in TASK.fit_prepare([("train", 16000 * 60, 16000, True)])}
-    assert long["prepare.image_size"]["frames"] == 301  # at most 3 s
+    assert long["prepare.audio"]["frames"] == 301  # at most 3 s
 
 
 def test_params_of_another_task_or_an_image_size_are_refused(tmp_path):
@@ -88,7 +88,7 @@ def test_params_of_another_task_or_an_image_size_are_refused(tmp_path):
     with pytest.raises(StageError) as info:
         check_params(TASK, parse_all(raw, "params.yaml"))
     assert "a classification model" in str(info.value)
-    assert "prepare.image_size: 32 is an image size" in str(info.value)
+    assert "prepare.image_size: 32 is read by image tasks only" in str(info.value)
     classification = get("classification")
     raw = {"train": {"aug_time_mask": 10}}
     with pytest.raises(StageError,
@@ -111,7 +111,7 @@ def test_the_model_has_a_few_hundred_thousand_parameters_and_takes_the_spec():
 def test_sample_rate_check_reads_prepare_rate(tmp_path):
     from stages.lib.params import parse_all
 
-    at_8k = TASK.check_settings(parse_all({"prepare": {"image_size": {"sample_rate": 8000}}},
+    at_8k = TASK.check_settings(parse_all({"prepare": {"audio": {"sample_rate": 8000}}},
                                           "p.yaml"))
     rows = [{"path": "a.wav", "label": "yes", "sample_rate": 8000},
             {"path": "b.wav", "label": "yes", "sample_rate": 16000}]

@@ -50,8 +50,9 @@ def encoder(letterbox):
 
 
 def prepared(path, r, letterbox=True):
-    x, y = prepare_split([r], path.parent, encoder(letterbox), "float32", SIDE, 3,
-                         letterbox=letterbox, sized=True, modality=TASK.modality)
+    spec = TASK.modality.stored(SIDE, 3, letterbox)
+    x, y = prepare_split([r], path.parent, encoder(letterbox), "float32", spec, sized=True,
+                         modality=TASK.modality)
     return x[0], y[0]
 
 
@@ -122,9 +123,10 @@ def test_square_images_prepare_to_the_squash_bytes(tmp_path):
                  for n, line in enumerate(label.splitlines(), 1)][:2]
         r = {"path": path.name, "boxes": json.dumps(boxes)}
         for side in (160, SIDE):
-            a = prepare_split([r], tmp_path, encoder(True), "float32", side, 3, letterbox=True,
+            stored = TASK.modality.stored
+            a = prepare_split([r], tmp_path, encoder(True), "float32", stored(side, 3, True),
                               sized=True, modality=TASK.modality)
-            b = prepare_split([r], tmp_path, encoder(False), "float32", side, 3,
+            b = prepare_split([r], tmp_path, encoder(False), "float32", stored(side, 3),
                               modality=TASK.modality)
             assert a[0].tobytes() == b[0].tobytes() and a[1].tobytes() == b[1].tobytes()
 

@@ -62,7 +62,7 @@ def test_settings_are_values_not_state_on_the_shared_task():
     from stages.tasks import get
 
     audio, ocr = get("audio"), get("ocr")
-    at_8k = audio.check_settings(parse_all({"prepare": {"image_size": {"sample_rate": 8000}}},
+    at_8k = audio.check_settings(parse_all({"prepare": {"audio": {"sample_rate": 8000}}},
                                            "p.yaml"))
     assert at_8k == {"rate": 8000} and audio.check_settings(EVERY) == {"rate": 16000}
     assert ocr.check_settings(parse_all({"prepare": {"height": 48, "width": 320}}, "p.yaml")) \

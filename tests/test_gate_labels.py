@@ -300,8 +300,9 @@ def test_a_pixel_refusal_names_max_pixels_not_pillows_limit(tmp_path):
     image = get("image")
     path = tmp_path / "big.png"
     path.write_bytes(png_bomb(20_000, 10_000))
-    for call in (lambda f: image.read(f, 64, 1, 50_000_000),
-                 lambda f: image.read_header(f, 1, 50_000_000)):
+    spec = image.stored(64, 1)
+    for call in (lambda f: image.read(f, spec, 50_000_000),
+                 lambda f: image.read_header(f, spec, 50_000_000)):
         refusal = ""
         with open(path, "rb") as f:
             try:
@@ -312,5 +313,5 @@ def test_a_pixel_refusal_names_max_pixels_not_pillows_limit(tmp_path):
                "(default: validate.max_pixels)" in refusal, refusal
         assert "178956970" not in refusal
     with open(path, "rb") as f:  # under a limit raised past Pillow's, our limit decides
-        cost, draft = image.read_header(f, 1, 300_000_000)
+        cost, draft = image.read_header(f, spec, 300_000_000)
     assert cost > 200_000_000 and draft is None

@@ -11,10 +11,12 @@ import pytest
 import soundfile as sf
 
 from stages.lib.modality import get
+from stages.lib.modality.audiospec import AudioSpec
 from stages.lib.modality.errors import BadInput
 
 audio = get("audio")
-SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}
+
+SPEC = AudioSpec()  # the defaults: 16 kHz, n_fft 512, hop 160, 40 mel bands, 101 frames
 
 
 def tone(rate: int, seconds: float = 0.5, channels: int = 1) -> np.ndarray:
@@ -42,12 +44,12 @@ def test_what_the_gate_blocks_gets_no_label(tmp_path, case):
         x = tone(16000, channels=8)
     path = wav(tmp_path / f"{case}.wav", x, subtype="FLOAT")
     with pytest.raises(BadInput) as refused:
-        audio.read(path, SPEC, 1)
+        audio.read(path, SPEC)
     want = {"nan": "nonfinite", "inf": "nonfinite", "zero_frames": "zero_frames",
             "eight_channels": "channels"}[case]
     assert refused.value.kind == "corrupt" and str(refused.value).startswith(f"{want}: ")
     assert "validate blocks it too" in str(refused.value)
-    assert audio.read(wav(tmp_path / "ok.wav", tone(16000, channels=2)), SPEC, 1).shape == \
+    assert audio.read(wav(tmp_path / "ok.wav", tone(16000, channels=2)), SPEC).shape == \
         (40, 101, 1)
 
 
@@ -59,9 +61,9 @@ def test_rates_outside_the_range_are_refused_from_the_header(tmp_path):
     for rate in (4_000_000, 1000):
         path = wav(tmp_path / f"{rate}.wav", np.zeros(rate // 10, np.int16), rate)
         with pytest.raises(BadInput, match=f"sample rate {rate} Hz: outside 4000..192000"):
-            audio.read(path, SPEC, 1)
+            audio.read(path, SPEC)
         with pytest.raises(BadInput, match="outside"):
-            audio.read_header(io.BytesIO(path.read_bytes()), 1, 0, 0, SPEC)
+            audio.read_header(io.BytesIO(path.read_bytes()), SPEC, 0, 0)
 
 
 def test_the_decode_cost_covers_the_resampler_and_its_tables_are_bounded(tmp_path):
@@ -73,10 +75,10 @@ def test_the_decode_cost_covers_the_resampler_and_its_tables_are_bounded(tmp_pat
     rate = 191_999  # gcd with 16 kHz is 1: a table of 16,000 outputs x 384 taps (98 MB)
     path = wav(tmp_path / "odd.wav", tone(rate, 0.2), rate)
     data = path.read_bytes()
-    cost, _ = audio.read_header(io.BytesIO(data), 1, 0, 0, SPEC)
+    cost, _ = audio.read_header(io.BytesIO(data), SPEC, 0, 0)
     tracemalloc.start()
     try:
-        audio.read(io.BytesIO(data), SPEC, 1)
+        audio.read(io.BytesIO(data), SPEC)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -84,7 +86,7 @@ def test_the_decode_cost_covers_the_resampler_and_its_tables_are_bounded(tmp_pat
     assert audiocore.cached_taps_bytes() <= audiocore.TAPS_CACHE_BYTES
     assert (rate, 16000) not in audiocore._TAPS
     with pytest.raises(BadInput, match="decode budget"):  # so serve's budget can refuse it
-        audio.read_header(io.BytesIO(data), 1, 0, 64 * 2**20, SPEC)
+        audio.read_header(io.BytesIO(data), SPEC, 0, 64 * 2**20)
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +108,7 @@ def audio_model(tmp_path_factory):
          numpy_helper.from_array(np.array([0.0, 4.0], np.float32), "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    for key, value in {"task": "audio", "image_size": SPEC, "channels": 1, "mean": [0.5],
-                       "std": [0.5], "classes": ["no", "yes"]}.items():
+    for key, value in {"task": "audio", **SPEC.to_meta(), "classes": ["no", "yes"]}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, json.dumps(value)
     path = tmp_path_factory.mktemp("audio_model") / "audio.onnx"

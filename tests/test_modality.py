@@ -73,9 +73,10 @@ def test_the_image_modality_decodes_for_prepare_as_it_reads_for_predict(tmp_path
     image = modality.get("image")
     path = write_image(tmp_path / "a.png", size=(40, 20), mode="RGB")
     facts, sizes = [], []
-    sample, size = image.decode(path, 16, 3, False, facts, sizes)
-    read = image.read(path, 16, 3)
+    spec = image.stored(16, 3)
+    sample, size = image.decode(path, spec, facts, sizes)
+    read = image.read(path, spec)
     assert sample.tobytes() == read.tobytes() and size == read.source_size == (40, 20)
     assert facts == [(20, False)] and sizes == [(40, 20)]
-    assert sample.shape == image.input_shape(16, 3) == image.warmup_input(16, 3).shape
+    assert sample.shape == image.input_shape(spec) == image.warmup_input(spec).shape
     assert image.input_spec({"image_size": 16, "channels": 3}) == (3, 16, 16)

@@ -10,10 +10,12 @@ import soundfile as sf
 
 from stages.tasks.common import speech_synth
 from stages.lib.modality import get
+from stages.lib.modality.audiospec import AudioSpec
 from stages.lib.modality.errors import BadInput
 
 audio = get("audio")
-SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}
+
+SPEC = AudioSpec()  # the defaults: 16 kHz, n_fft 512, hop 160, 40 mel bands, 101 frames
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def test_flac_and_ogg_are_read(tmp_path, word, fmt):
     path = write(tmp_path / f"a.{fmt.lower()}", word, format=fmt)
     facts = audio.inspect(path, 0)
     assert facts["error"] == "" and facts["format"] == fmt and facts["frames"] == len(word)
-    sample, size = audio.decode(path, SPEC, 1)
+    sample, size = audio.decode(path, SPEC)
     assert sample.shape == (40, 101, 1) and size == (len(word), 16000)
 
 
@@ -61,8 +63,9 @@ def test_broken_files_are_undecodable_naming_why(tmp_path, word):
     assert cut["error_kind"] == "undecodable" and "truncated" in cut["error"]
     text = audio.inspect(tmp_path / "text.wav", 0)
     assert text["error_kind"] == "undecodable" and str(tmp_path) not in text["error"]
-    big = audio.inspect(write(tmp_path / "b.wav", word), 100)
-    assert big["error_kind"] == "too_large" and "validate.max_pixels" in big["error"]
+    big = audio.inspect(write(tmp_path / "b.wav", word), 0.1)  # validate.max_seconds 0.1
+    assert big["error_kind"] == "duration" and "over validate.max_seconds (0.1 s)" in big["error"]
+    assert big["format"] == "WAV" and float(big["duration"]) > 0.1 and big["mel_hash"] == ""
 
 
 def gate(rows, p):
@@ -147,27 +150,27 @@ def test_prepare_and_predict_give_the_same_feature_bytes(tmp_path, word):
     for rate in (16000, 22050, 8000):
         path = write(tmp_path / f"a{rate}.wav", word, rate)
         facts, sizes = [], []
-        stored, size = audio.decode(path, SPEC, 1, False, facts, sizes)
-        assert stored.dtype == np.uint8 and stored.shape == audio.input_shape(SPEC, 1)
-        read = audio.read(path, SPEC, 1)
-        upload = audio.read(io.BytesIO(path.read_bytes()), SPEC, 1)
+        stored, size = audio.decode(path, SPEC, facts, sizes)
+        assert stored.dtype == np.uint8 and stored.shape == audio.input_shape(SPEC)
+        read = audio.read(path, SPEC)
+        upload = audio.read(io.BytesIO(path.read_bytes()), SPEC)
         assert stored.tobytes() == read.tobytes() == upload.tobytes()
         assert size == read.source_size == (len(word), rate)
         assert facts == [(len(word), True)] and sizes == [(len(word), rate)]
-    assert audio.input_spec({"image_size": SPEC, "channels": 1}) == (1, 40, 101)
-    assert audio.warmup_input(SPEC, 1).shape == (40, 101, 1)
+    assert audio.input_spec(SPEC.to_meta()) == (1, 40, 101)
+    assert audio.warmup_input(SPEC).shape == (40, 101, 1)
 
 
 def test_features_follow_the_spec_and_are_padded_or_cropped(tmp_path, word):
     path = write(tmp_path / "a.wav", word)
-    spec = {**SPEC, "n_mels": 64, "frames": 50}
-    sample, _ = audio.decode(path, spec, 1)
+    spec = AudioSpec(n_mels=64, frames=50)
+    sample, _ = audio.decode(path, spec)
     assert sample.shape == (64, 50, 1)
     long = write(tmp_path / "long.wav", np.tile(word, 5))
-    assert audio.decode(long, SPEC, 1)[0].shape == (40, 101, 1)
-    silent = audio.decode(write(tmp_path / "s.wav", np.zeros(8000)), SPEC, 1)[0]
+    assert audio.decode(long, SPEC)[0].shape == (40, 101, 1)
+    silent = audio.decode(write(tmp_path / "s.wav", np.zeros(8000)), SPEC)[0]
     assert silent.max() == 0  # silence stays dark (not scaled up to full range)
-    loud = audio.decode(path, SPEC, 1)[0]
+    loud = audio.decode(path, SPEC)[0]
     assert loud.max() == 255 and loud.min() < 64
 
 
@@ -178,21 +181,21 @@ def test_read_refuses_what_is_no_sound_or_over_the_limits(tmp_path, word):
     (tmp_path / "cut.wav").write_bytes(good[:len(good) // 2])
     (tmp_path / "text.wav").write_bytes(b"hello, not audio\n" * 20)
     with pytest.raises(BadInput) as cut:
-        audio.read(tmp_path / "cut.wav", SPEC, 1)
+        audio.read(tmp_path / "cut.wav", SPEC)
     assert cut.value.kind == "corrupt" and "truncated" in str(cut.value)
     with pytest.raises(BadInput) as text:
-        audio.read(tmp_path / "text.wav", SPEC, 1)
+        audio.read(tmp_path / "text.wav", SPEC)
     assert text.value.kind == "unsupported" and "not a sound file" in str(text.value)
     long = write(tmp_path / "long.wav", np.zeros(int(8000 * (MAX_SECONDS + 1)), np.int16), 8000)
     with pytest.raises(BadInput) as over:
-        audio.read(long, SPEC, 1)
+        audio.read(long, SPEC)
     assert over.value.kind == "too_long" and f"{MAX_SECONDS:g} s" in str(over.value)
-    with pytest.raises(BadInput, match="--max-pixels"):
-        audio.read(tmp_path / "a.wav", SPEC, 1, 1000)
-    cost, draft = audio.read_header(io.BytesIO(good), 1, 0, 0, SPEC)
+    with pytest.raises(BadInput, match="--max-seconds"):
+        audio.read(tmp_path / "a.wav", SPEC, 0.01)
+    cost, draft = audio.read_header(io.BytesIO(good), SPEC, 0, 0)
     assert cost > 0 and draft is None
     with pytest.raises(BadInput, match="decode budget"):
-        audio.read_header(io.BytesIO(good), 1, 0, 1000, SPEC)
+        audio.read_header(io.BytesIO(good), SPEC, 0, 1000)
 
 
 def test_normalize_matches_the_formula():

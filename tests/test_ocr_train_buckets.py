@@ -120,7 +120,7 @@ def test_prepare_records_each_lines_bucket(bucketed):
     from PIL import Image
 
     from stages.lib.io import read_csv, read_json
-    from stages.lib.data.shards import images_view, load_widths
+    from stages.lib.data.shards import samples_view, load_widths
 
     meta = read_json(bucketed / "data/processed/meta.json")
     assert meta["width_buckets"] == ALL
@@ -135,7 +135,7 @@ def test_prepare_records_each_lines_bucket(bucketed):
                 scaled = min(round(img.width * 32 / img.height), 192)
             assert width == next(b for b in ALL if b >= scaled)
         assert len(set(widths.tolist())) > 1  # the sample's lines do spread over buckets
-    images = images_view("test", root)
+    images = samples_view("test", root)
     from stages.lib.modality.imagecore import load_image
 
     for i in range(0, len(rows), 17):  # stored record cut at its bucket == fitted there

@@ -35,12 +35,12 @@ def test_modality_keys_at_their_defaults_hash_as_before_they_existed():
 
 
 def test_audio_spec_is_a_mapping_of_known_keys(tmp_path):
-    path = write(tmp_path, {"prepare": {"image_size": {"n_mels": 64, "hop": 128}}})
-    assert params.load("prepare", path).image_size == {"n_mels": 64, "hop": 128}
-    path = write(tmp_path, {"prepare": {"image_size": {"n_mel": 64}}})
-    with pytest.raises(StageError, match="unknown key.*n_mel"):
+    path = write(tmp_path, {"prepare": {"audio": {"n_mels": 64, "hop": 128}}})
+    assert params.load("prepare", path).audio == {"n_mels": 64, "hop": 128}
+    path = write(tmp_path, {"prepare": {"audio": {"n_mel": 64}}})
+    with pytest.raises(StageError, match="prepare.audio: unknown key.*n_mel"):
         params.load("prepare", path)
-    path = write(tmp_path, {"prepare": {"image_size": {"hop": 1024}}})
+    path = write(tmp_path, {"prepare": {"audio": {"hop": 1024}}})
     with pytest.raises(StageError, match="hop .1024. must be at most n_fft"):
         params.load("prepare", path)
 

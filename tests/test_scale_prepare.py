@@ -103,7 +103,7 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
     from stages.lib.modality.imagefit import resolve_shape
     from stages.lib.io import read_csv
     from stages.lib.params import load
-    from stages.lib.data.shards import images_view
+    from stages.lib.data.shards import samples_view
 
     make_dataset(tmp_path)
     if mode == "auto":
@@ -129,7 +129,7 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
         assert line + "\n" in outs[0]
     assert "auto would choose" in outs[0] if mode == "explicit" else "(auto: " in outs[0]
     meta = json.loads((tmp_path / "data/processed/meta.json").read_text())
-    view = images_view("train", tmp_path / "data/processed")
+    view = samples_view("train", tmp_path / "data/processed")
     channels = meta["channels"]
     mean, std, _ = resolve_norm(p, channels, lambda: (view[a:a + 5] for a in range(0, 36, 5)))
     assert (meta["mean"], meta["std"]) == (mean, std)
@@ -140,16 +140,16 @@ def test_prepare_lines_and_bytes_do_not_depend_on_workers(tmp_path, mode):
 
 def test_a_batch_read_names_a_truncated_shard(tmp_path):
     """The per-sample reads of a random batch check every read, like the slice reads."""
-    from stages.lib.data.shards import images_view, write_processed
+    from stages.lib.data.shards import samples_view, write_processed
 
     x = np.arange(12 * 2 * 2 * 1, dtype=np.uint8).reshape(12, 2, 2, 1)
     write_processed(tmp_path, {"train": (x, np.zeros(12, np.int64))},
                     {"mean": [0.5], "std": [0.5]}, shard_size=5)
-    view = images_view("train", tmp_path)
+    view = samples_view("train", tmp_path)
     assert np.array_equal(view[[11, 0, 7, 7]], x[[11, 0, 7, 7]])
     shard = tmp_path / "train/images-00001.npy"
     shard.write_bytes(shard.read_bytes()[:-6])  # samples 5..9: the last two cut
-    view = images_view("train", tmp_path)
+    view = samples_view("train", tmp_path)
     assert np.array_equal(view[[0, 11, 5]], x[[0, 11, 5]])
     with pytest.raises(OSError, match="images-00001.npy: short read"):
         view[[0, 9]]

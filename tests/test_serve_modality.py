@@ -48,8 +48,8 @@ def speech_model(tmp_path_factory):
          numpy_helper.from_array(bias, "b")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    for key, value in {"task": "speech", "image_size": SPEC, "channels": 1, "mean": [0.5],
-                       "std": [0.5], "charset": charset, "blank": 0, "max_len": 8}.items():
+    for key, value in {"task": "speech", **SPEC.to_meta(), "charset": charset, "blank": 0,
+                       "max_len": 8}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, json.dumps(value)
     path = tmp_path_factory.mktemp("speech_model") / "speech.onnx"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stages.lib.modality.imagecore import normalize
-from stages.lib.data.shards import images_view, load_split, write_processed
+from stages.lib.data.shards import samples_view, load_split, write_processed
 from tests.conftest import run_stage
 
 
@@ -42,7 +42,7 @@ def test_prepare_bytes_do_not_depend_on_workers(trained_project, tmp_path):
 
     rows = read_csv(root / "data/split/val.csv")
     want = np.stack([load_image(root / "data/sample" / r["path"], 16, 1) for r in rows])
-    got = images_view("val", root / "data/processed")
+    got = samples_view("val", root / "data/processed")
     assert np.array_equal(got[:], want)
 
 

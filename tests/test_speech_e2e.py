@@ -41,6 +41,18 @@ def test_the_run_scores_text_and_keeps_voices_apart(speech_project):
     assert "CER by clip duration" in html and "test CER" in html
 
 
+def test_the_report_speaks_of_clips_seconds_and_sample_rates(speech_project):
+    """Issue 57: the speech run's page names clips, seconds and the sample rate, never images
+    or pixels."""
+    from tests.test_input_spec import visible_text
+
+    text = visible_text((speech_project / "reports/run.html").read_text())
+    assert "3.2 s clips at 16000 Hz, log-mel 40 bands x 321 frames" in text
+    assert "test clips" in text
+    for word in ("image", "pixel", "px", "max_pixels", "BMP", "JPEG", "min_side"):
+        assert word.lower() not in text.lower(), (word, text[:2000])
+
+
 def clips(folder, speech_project, n=3):
     """n sample clips copied into folder, plus a truncated clip and a text file named .wav."""
     folder.mkdir()

@@ -175,7 +175,8 @@ def test_init_reads_the_layout_keeps_its_split_and_fits_the_features(tmp_path, l
     assert "its own train/val/test split" in proc.stdout and "speakers" in proc.stdout
     params = yaml.safe_load((project / "params.yaml").read_text())
     assert params["task"] == "speech" and params["split"]["by"] == "given"
-    assert params["prepare"]["image_size"]["frames"] == 131  # 1.3 s at hop 160, 16 kHz
+    assert params["prepare"]["audio"]["frames"] == 131  # 1.3 s at hop 160, 16 kHz
+    assert "image_size" not in params["prepare"]
     assert params["validate"]["max_seconds"] == 1.3
     assert params["train"]["model"] == "cnn_bigru"
     assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before

@@ -111,7 +111,7 @@ def test_init_fits_frames_to_the_longest_train_clip_and_refuses_image_sizes():
     fitted = {k: v for k, v, _ in TASK.fit_prepare([("train", 16000 * 2, 16000, True),
                                                     ("train", 44100 * 4, 44100, True),
                                                     ("test", 16000 * 9, 16000, True)])}
-    assert fitted["prepare.image_size"]["frames"] == 401  # 4.0 s at hop 160
+    assert fitted["prepare.audio"]["frames"] == 401  # 4.0 s at hop 160
     assert fitted["validate.max_seconds"] == 4.0
 
     from stages.lib.params import parse_all
@@ -120,5 +120,5 @@ def test_init_fits_frames_to_the_longest_train_clip_and_refuses_image_sizes():
     params = parse_all({"task": "speech", "prepare": {"image_size": 64},
                         "train": {"model": "crnn"}}, "params.yaml")
     problems = TASK.param_problems(params, [get(n) for n in available() if n != "speech"])
-    assert any("prepare.image_size: 64 is an image size" in p for p in problems)
+    assert any("prepare.image_size: 64 is read by image tasks only" in p for p in problems)
     assert any("'crnn' is an ocr model" in p for p in problems)

@@ -118,9 +118,9 @@ def test_a_task_defined_in_the_tests_runs_the_whole_pipeline(tmp_path):
 
     meta = json.loads((root / "data/processed/meta.json").read_text())
     assert "classes" not in meta  # nothing of classification leaked in
-    from stages.lib.data.shards import images_view
+    from stages.lib.data.shards import samples_view
 
-    images = images_view("test", root / "data/processed")[:]
+    images = samples_view("test", root / "data/processed")[:]
     session = ort.InferenceSession(str(root / "models/model.onnx"),
                                    providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == ["brightness"]

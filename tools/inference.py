@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from stages.lib.io import StageError, sha256_file
+from stages.lib.modality.spec import LETTERBOX, RECIPE
 from stages.lib.model.provenance import model_version
 from tools.options import BACKENDS
 
 ONNX_MODEL = Path("models/model.onnx")
 TORCH_MODEL = Path("models/model.pt")
 OPENVINO_MODEL = Path("models/openvino/model.xml")  # export.formats: [..., openvino]
-META_KEYS = ("image_size", "channels", "mean", "std")  # the task adds its own (classes...)
 
 
 @dataclass
@@ -53,6 +53,9 @@ class Model:
     # a registered model's facts (tools/registry/models.py): artifact, version, stage, commit,
     # data_version, md5, metrics...; {} for a model given as a file path
     registry: dict = field(default_factory=dict)
+    # a sound model's longest clip, in seconds (predict's and serve's --max-seconds); 0: the
+    # audio modality's own MAX_SECONDS
+    max_seconds: float = 0.0
 
     def __post_init__(self):
         if self.task is None:
@@ -66,6 +69,18 @@ class Model:
     def modality(self):
         """The task's modality (stages/lib/modality/): how an input is read and normalised."""
         return self.task.modality
+
+    @property
+    def recipe(self) -> dict:
+        """The input recipe the model stores (stages/lib/modality/spec.py RECIPE), by key."""
+        return dict(zip(RECIPE, (self.image_size, self.channels, self.mean, self.std),
+                        strict=True))
+
+    @property
+    def spec(self):
+        """The model's input spec (its modality's Spec), from the recipe it stores."""
+        return self.modality.Spec.from_meta({**self.recipe, LETTERBOX: self.letterbox,
+                                             "width_buckets": self.width_buckets})
 
     @property
     def classes(self) -> list:
@@ -137,7 +152,7 @@ def load_torch(path, threads: int = 0) -> Model:
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
                  task=task, meta={k: meta[k] for k in task.meta_keys},
                  width_buckets=meta.get("width_buckets", []),  # prepare.width_buckets' list
-                 letterbox=meta.get("letterbox", False), **{k: meta[k] for k in META_KEYS})
+                 letterbox=meta.get(LETTERBOX, False), **{k: meta[k] for k in RECIPE})
 
 
 def task_and_meta(props: dict, path):
@@ -147,12 +162,12 @@ def task_and_meta(props: dict, path):
     from stages.tasks import get
 
     task = get(json.loads(props.get("task", json.dumps(DEFAULT_TASK))))
-    missing = [k for k in (*task.meta_keys, *META_KEYS) if k not in props]
+    missing = [k for k in (*task.meta_keys, *RECIPE) if k not in props]
     if missing:
         raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
                          f"`python -m stages.export`.")
-    return (task, {**{k: json.loads(props[k]) for k in META_KEYS},
-                   "letterbox": json.loads(props.get("letterbox", "false"))},
+    return (task, {**{k: json.loads(props[k]) for k in RECIPE},
+                   LETTERBOX: json.loads(props.get(LETTERBOX, "false"))},
             {k: json.loads(props[k]) for k in (*task.meta_keys, *task.decode_metadata)
              if k in props or k in task.meta_keys})
 
@@ -236,8 +251,7 @@ def describe(model: Model, metrics_path=None) -> dict:
            "sha256": model.sha256, "weights_sha256": model.weights_sha256,
            "task": model.task.name,
            "classes": [str(c) for c in model.classes],
-           "input": {"image_size": model.image_size, "channels": model.channels,
-                     "mean": model.mean, "std": model.std},
+           "input": model.recipe,
            "provenance": model.info, "metrics": None}
     if model.registry:  # its own metrics (the tag message), not the working directory's
         from tools.registry.safety import public_facts
@@ -248,3 +262,9 @@ def describe(model: Model, metrics_path=None) -> dict:
     elif metrics_path and Path(metrics_path).is_file():
         out["metrics"] = json.loads(Path(metrics_path).read_text())
     return out
+
+
+def input_limit(model, max_pixels: int):
+    """The limit a model's modality reads an input under: --max-pixels for images, the
+    model's --max-seconds for sounds (its modality's LIMIT names which)."""
+    return max_pixels if model.modality.LIMIT == "validate.max_pixels" else model.max_seconds

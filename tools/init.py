@@ -26,12 +26,14 @@ from pathlib import Path
 
 import click
 
+from stages.lib.door import other_keys, own_keys
 from stages.tasks import available
 
 PARAMS = Path("params.yaml")
 # prepare's keys a recipe or fit may set; with the recipes' keys, every key init manages
 PREPARE_KEYS = ("prepare.image_size", "prepare.channels", "prepare.mean", "prepare.std",
-                "prepare.height", "prepare.width", "prepare.width_buckets", "prepare.letterbox")
+                "prepare.height", "prepare.width", "prepare.width_buckets", "prepare.letterbox",
+                "prepare.audio")
 MAX_HEADERS = 2000  # headers read to fit prepare (evenly spread over the sorted files)
 SPLITS = ("train", "val", "test")
 HOME: list = []  # the project root, with --into (init then works in the pipeline's folder)
@@ -269,16 +271,52 @@ def with_gpu_recipe(raw: dict, values: dict, lines: list) -> tuple[dict, list]:
     return values, lines
 
 
-def write_params(values: dict) -> None:
-    """params.yaml with values set, comments kept; checked by the params loader first."""
+def modality_keys(modality: str, raw: dict, values: dict, lines: list) -> tuple:
+    """(values, lines, keys to remove): the modality's own keys (stages/lib/door.py
+    MODALITY_KEYS: an audio project's prepare.audio and validate.max_seconds) set where
+    params.yaml lacks them, another modality's left out and removed (dvc.yaml lists only the
+    project's modality's keys, and DVC needs each listed one in params.yaml)."""
+    from tools.params_text import flat, render
+
+    now, default, drop = flat(raw), defaults(), other_keys(modality)
+    values = {k: v for k, v in values.items() if k not in drop}
+    lines = [line for line in lines if not line.startswith(tuple(f"  {k}:" for k in drop))]
+    for key in own_keys(modality):
+        if key not in now and key not in values:
+            values[key] = default[key]
+            lines.append(f"  {key}: {render(default[key])}  (the default: the {modality} "
+                         f"tasks' key)")
+    article = "an" if modality[0] in "aeiou" else "a"
+    lines += [f"  {key}: removed ({article} {modality} project holds "
+              f"{' and '.join(own_keys(modality))} instead)" for key in drop if key in now]
+    return values, lines, drop
+
+
+def write_modality_lists(modality: str) -> bool:
+    """dvc.yaml's params lists as the modality's projects list them (door.for_modality); the
+    rest of the file byte for byte. True when it changed."""
+    from stages.lib.door import for_modality
+    from stages.lib.io import write_bytes
+
+    path = Path("dvc.yaml")
+    text = path.read_text()
+    new = for_modality(text, modality)
+    if new != text:
+        write_bytes(path, new.encode())
+    return new != text
+
+
+def write_params(values: dict, drop=()) -> None:
+    """params.yaml with values set and the keys drop removed, comments kept; checked by the
+    params loader first."""
     import yaml
 
     from stages.lib.io import write_bytes
     from stages.lib.params import parse_all
-    from tools.params_text import edit
+    from tools.params_text import edit, remove
 
     try:
-        text = edit(PARAMS.read_text(), values)
+        text = remove(edit(PARAMS.read_text(), values), drop)
     except ValueError as exc:  # a layout params_text cannot edit (block-style lists...)
         raise InitError(f"{exc}. Restore the committed layout (git checkout params.yaml) or set "
                         f"these keys by hand.") from None
@@ -389,8 +427,12 @@ def main(task_name, source, into, force):
         choices = own_choices(task, source, raw)
     values, lines = plan(raw, [("task", task.name, f"stages/tasks/{task.name}/"), *choices])
     values, lines = with_gpu_recipe(raw, values, lines)
-    write_params(values)
+    values, lines, drop = modality_keys(task.modality_name, raw, values, lines)
+    write_params(values, drop)
     click.echo("params.yaml:\n" + "\n".join(lines))
+    if write_modality_lists(task.modality_name):
+        click.echo(f"dvc.yaml: the stages' params list the {task.modality_name} keys "
+                   f"({', '.join(own_keys(task.modality_name))})")
     if write_artifact(task.name, name):
         full = f"{into.as_posix()}:{name}" if into is not None else task.name
         click.echo(f"dvc.yaml: artifact {full} (models/model.onnx; docs/registry.md)")

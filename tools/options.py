@@ -1,38 +1,51 @@
 """The model options predict and serve share, each defined once with one help text.
 
-`--max-pixels` defaults to the pipeline's own `validate.max_pixels` (read from ./params.yaml
-when the tool runs), so the tools never refuse an image the pipeline would train on, nor decode
-one it refuses. Only click and the params module (PyYAML) are imported: `--help` stays instant.
+`--max-pixels` (images) and `--max-seconds` (sounds) default to the pipeline's own
+`validate.max_pixels` and `validate.max_seconds` (read from ./params.yaml when the tool runs), so
+the tools never refuse an input the pipeline would train on, nor decode one it refuses. Only
+click and the params module (PyYAML) are imported: `--help` stays instant.
 """
 from pathlib import Path
 
 import click
 
+from stages.lib.modality.audiospec import MAX_SECONDS
 from stages.lib.params import MAX_BEAM, MAX_PIXELS, PARAMS_FILE
 
 BACKENDS = ("onnxruntime", "torch", "openvino")
 MAX_PIXELS_ORIGIN = f"validate.max_pixels of ./{PARAMS_FILE}, else {MAX_PIXELS}"
+MAX_SECONDS_ORIGIN = f"validate.max_seconds of ./{PARAMS_FILE}, else {MAX_SECONDS:g}"
 
 
-def default_max_pixels(params_path=PARAMS_FILE) -> int:
-    """`validate.max_pixels` of params_path (relative to the working directory) when the file
-    exists and is valid, else the pipeline's default (stages.lib.params.MAX_PIXELS). A file
-    that exists but cannot be used is named in a warning on stderr, never ignored silently."""
+def default_limit(key: str, fallback, option: str, params_path=PARAMS_FILE):
+    """validate.<key> of params_path (relative to the working directory) when the file exists
+    and is valid, else the pipeline's default (fallback). A file that exists but cannot be
+    used is named in a warning on stderr, never ignored silently."""
     from stages.lib.params import load
 
     path = Path(params_path)
     if not path.is_file():
-        return MAX_PIXELS
+        return fallback
     try:
-        value = load("validate", path).max_pixels
-        if value < 1:
-            raise ValueError(f"validate.max_pixels is {value}, not a positive number of pixels")
+        value = getattr(load("validate", path), key)
+        if value <= 0:
+            raise ValueError(f"validate.{key} is {value}, not a positive limit")
     except Exception as exc:  # noqa: BLE001 - any unusable file means the same fallback
         message = getattr(exc, "message", None) or str(exc)
-        click.echo(f"warning: {path}: {message}\n  --max-pixels defaults to {MAX_PIXELS}; "
-                   f"fix {path} or pass --max-pixels.", err=True)
-        return MAX_PIXELS
+        click.echo(f"warning: {path}: {message}\n  {option} defaults to {fallback}; "
+                   f"fix {path} or pass {option}.", err=True)
+        return fallback
     return value
+
+
+def default_max_pixels(params_path=PARAMS_FILE) -> int:
+    """`validate.max_pixels` of params_path, else stages.lib.params.MAX_PIXELS."""
+    return default_limit("max_pixels", MAX_PIXELS, "--max-pixels", params_path)
+
+
+def default_max_seconds(params_path=PARAMS_FILE) -> float:
+    """`validate.max_seconds` of params_path, else the audio modality's MAX_SECONDS."""
+    return default_limit("max_seconds", MAX_SECONDS, "--max-seconds", params_path)
 
 
 def check_beam(ctx, param, value):
@@ -89,6 +102,11 @@ _MODEL_OPTIONS = [
                  help="Largest image (width x height, read from its header) accepted; a larger "
                       "one is refused before it is decoded, as the pipeline's validate stage "
                       "refuses it."),
+    click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True),
+                 default=default_max_seconds, show_default=MAX_SECONDS_ORIGIN,
+                 help="Sound models: the longest clip (seconds, read from its header) accepted "
+                      f"(at most {MAX_SECONDS:g}); a longer one is refused before it is decoded, "
+                      "as the pipeline's ingest refuses it."),
     click.option("--top-k", type=click.IntRange(min=1), default=3, show_default=True,
                  help="Classes listed per image in `topk`, best first."),
     click.option("--score-threshold", type=click.FloatRange(0, 1), default=None,
@@ -105,7 +123,8 @@ _MODEL_OPTIONS = [
 
 
 def model_options(func=None, *, several: bool = False):
-    """Add --model, --registry, --backend, --threads, --max-pixels, --top-k, --score-threshold
+    """Add --model, --registry, --backend, --threads, --max-pixels, --max-seconds, --top-k,
+    --score-threshold
     and --beam (parameters model_path, registry, backend, threads, max_pixels, top_k,
     score_threshold, beam) to a click command, in that order. several: --model may be given
     more than once (model_path is then a tuple)."""

@@ -5,7 +5,8 @@ lines, values in YAML flow style, comments that may run on in comment-only lines
 is replaced in its line; the comment keeps its column when the new value fits before it. A key
 the file lacks is added at the end of its section (a section it lacks, at the end of the file).
 The result is read back and must hold exactly the values asked for, with everything else as it
-was: anything this cannot edit so is an error, never a silently different file.
+was: anything this cannot edit so is an error, never a silently different file. `remove` takes
+keys out (a key of another modality's projects), with the comment lines that run on below it.
 """
 import re
 from collections import Counter
@@ -19,7 +20,7 @@ NESTED = re.compile(r"^(  )([A-Za-z_]\w*):(.*)$")
 def render(value) -> str:
     """A value in YAML flow style, as one line (a string is quoted only where YAML needs it)."""
     text = yaml.safe_dump([value], default_flow_style=True, width=1 << 20,
-                          allow_unicode=True).strip()
+                          allow_unicode=True, sort_keys=False).strip()
     return text[1:-1]  # out of its one-item list: no document-end marker for a scalar
 
 
@@ -136,3 +137,32 @@ def check(before: str, after: str, values: dict) -> None:
     if wrong:
         raise ValueError(f"params.yaml could not be edited in place: {', '.join(wrong)} would "
                          f"read back differently")
+
+
+def remove(text: str, keys) -> str:
+    """text without the dotted section keys (and their comments' run-on lines); a key the
+    text lacks is no error."""
+    lines = text.splitlines(keepends=True)
+    for dotted in keys:
+        section, _, key = dotted.rpartition(".")
+        current = None
+        for i, line in enumerate(lines):
+            top = TOP.match(line)
+            if top:
+                current = top.group(1)
+                continue
+            nested = NESTED.match(line)
+            if current == section and nested and nested.group(2) == key:
+                end = value_end(lines, i, 2)
+                while end < len(lines) and lines[end].lstrip(" ").startswith("#") and (
+                        len(lines[end]) - len(lines[end].lstrip(" ")) > 2):
+                    end += 1  # the comment's run-on lines
+                lines = [*lines[:i], *lines[end:]]
+                break
+    out = "".join(lines)
+    before = flat(yaml.safe_load(text) or {})
+    expected = {k: v for k, v in before.items() if k not in set(keys)}
+    if flat(yaml.safe_load(out) or {}) != expected:
+        raise ValueError(f"params.yaml could not be edited in place: removing "
+                         f"{', '.join(keys)} would change other keys")
+    return out

@@ -25,6 +25,8 @@ def copy_project(root, dest, params: dict | None = None, git_init: bool = True) 
         shutil.copy2(Path(root) / rel, target)
     if params:
         set_params(dest, params)
+        if "task" in params:
+            follow_modality(dest)
     if git_init:
         git(dest, "init", "-q")
         git(dest, "config", "user.name", "pipeline")
@@ -39,6 +41,28 @@ def git(cwd, *args) -> str:
            "GIT_COMMITTER_NAME": "pipeline", "GIT_COMMITTER_EMAIL": "pipeline@localhost"}
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
                           env=env).stdout
+
+
+def follow_modality(root) -> None:
+    """A copy's params.yaml and dvc.yaml as its task's modality has them (an audio task:
+    prepare.audio and validate.max_seconds where an image task has prepare.image_size and
+    validate.max_pixels; stages/lib/door.py MODALITY_KEYS), as tools.init writes them."""
+    from stages.lib.door import for_modality, other_keys, own_keys
+    from stages.lib.params import defaults, task_of
+    from stages.tasks import get
+
+    params_file, dvc_file = Path(root) / "params.yaml", Path(root) / "dvc.yaml"
+    params = yaml.safe_load(params_file.read_text())
+    modality = get(task_of(params, params_file)).modality_name
+    every = defaults()
+    for dotted in own_keys(modality):
+        section, key = dotted.split(".")
+        params.setdefault(section, {}).setdefault(key, getattr(every[section], key))
+    for dotted in other_keys(modality):
+        section, key = dotted.split(".")
+        params.get(section, {}).pop(key, None)
+    params_file.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
+    dvc_file.write_text(for_modality(dvc_file.read_text(), modality))
 
 
 def set_params(root, overrides: dict) -> None:

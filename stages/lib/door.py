@@ -7,6 +7,12 @@ would name params that did not make its outs. So the one door into a stage
 typed dataclasses, and the sections it lists key by key as a view that refuses every other key
 with an error naming the stage, the key and the fix.
 
+The lists are an image project's; a project of another modality lists its own keys where the
+image ones stand (MODALITY_KEYS: an audio project's prepare.audio and validate.max_seconds for
+prepare.image_size and validate.max_pixels). DVC refuses a listed param that params.yaml lacks,
+so a project's dvc.yaml follows its modality: tools.init (and tools/project.py's copies)
+rewrite its lists (for_modality), and its params.yaml holds only its modality's keys.
+
 The one exception, named here with its reason: prepare's placement keys (workers, engine,
 ray_address, ray_inputs) say where prepare runs, never what it writes (the same bytes, tested in
 tests/test_prepare_ray.py and tests/test_scale_prepare.py), so prepare reads them undeclared.
@@ -14,6 +20,7 @@ tests/test_prepare_ray.py and tests/test_scale_prepare.py), so prepare reads the
 import dataclasses
 
 from stages.lib.io import StageError
+from stages.lib.modality import AUDIO, DEFAULT
 from stages.lib.params import PREPARE_PLACEMENT, PREPARE_RESULT, SECTIONS
 
 # What each stage reads, in one place: its own section and the few reads across sections. Every
@@ -23,7 +30,7 @@ STAGE_PARAMS = {
     # bombs are never decoded; an image's boxes are capped as they are read
     "ingest": ("data.source", "ingest", "validate.max_pixels", "validate.max_boxes"),
     # the task's check_settings: the CTC length rule (ocr: prepare.height/width; speech: the
-    # log-mel spec's frames and hop) and audio's sample rate (prepare.image_size)
+    # log-mel spec's frames and hop) and audio's sample rate (an audio project's prepare.audio)
     "validate": ("validate", "prepare.image_size", "prepare.height", "prepare.width"),
     "split": ("split", "validate.near_dup_distance"),  # near-duplicates share a split
     "prepare": ("data.source", *PREPARE_RESULT),
@@ -41,11 +48,46 @@ REPORT_PARAMS = tuple(key for section in SECTIONS
 # {stage: {section: keys}} read without a dvc.yaml entry, each for the reason above
 UNDECLARED_READS = {"prepare": {"prepare": PREPARE_PLACEMENT}}
 
+IMAGE = DEFAULT  # the modality whose keys STAGE_PARAMS and REPORT_PARAMS list
+# {modality: {an image project's key: this modality's}}: the input spec's key and the input
+# limit's, in the user's words (stages/lib/modality/audiospec.py)
+MODALITY_KEYS = {AUDIO: {"prepare.image_size": "prepare.audio",
+                         "validate.max_pixels": "validate.max_seconds"}}
 
-def declared_keys(stage: str) -> tuple[str, ...]:
+
+def declared_keys(stage: str, modality: str = IMAGE) -> tuple[str, ...]:
     """The params the stage lists in dvc.yaml besides `task` (STAGE_PARAMS; the report's:
-    REPORT_PARAMS)."""
-    return REPORT_PARAMS if stage == "report" else STAGE_PARAMS[stage]
+    REPORT_PARAMS) in a project of that modality (MODALITY_KEYS)."""
+    keys = REPORT_PARAMS if stage == "report" else STAGE_PARAMS[stage]
+    swap = MODALITY_KEYS.get(modality, {})
+    return tuple(swap.get(key, key) for key in keys)
+
+
+def own_keys(modality: str = IMAGE) -> tuple[str, ...]:
+    """The swapped keys (MODALITY_KEYS) a project of that modality lists and holds."""
+    image_keys = dict.fromkeys(key for swap in MODALITY_KEYS.values() for key in swap)
+    return tuple(MODALITY_KEYS.get(modality, {}).get(key, key) for key in image_keys)
+
+
+def other_keys(modality: str = IMAGE) -> tuple[str, ...]:
+    """The swapped keys (MODALITY_KEYS) of other modalities, which a project of this one does
+    not hold: its params.yaml leaves them out and its dvc.yaml lists none of them."""
+    every = {key for swap in MODALITY_KEYS.values() for pair in swap.items() for key in pair}
+    return tuple(sorted(every - set(own_keys(modality))))
+
+
+def for_modality(text: str, modality: str = IMAGE) -> str:
+    """dvc.yaml's text with every `params:` item of a swapped key (MODALITY_KEYS) as a project
+    of that modality lists it; the rest of the file byte for byte."""
+    import re
+
+    target = {}
+    for swap in MODALITY_KEYS.values():
+        for image_key, its_key in swap.items():
+            target[image_key] = target[its_key] = MODALITY_KEYS.get(modality, {}).get(
+                image_key, image_key)
+    pattern = re.compile(r"^(\s+- )(" + "|".join(map(re.escape, sorted(target))) + r")$", re.M)
+    return pattern.sub(lambda m: m.group(1) + target[m.group(2)], text)
 
 
 def fix(stage: str, key: str) -> str:
@@ -91,10 +133,11 @@ class Declared(dict):
         raise StageError(fix(self.stage, section))
 
 
-def declared(stage: str, every: dict) -> Declared:
-    """Declared params of the stage, from every section's typed params ({section: dataclass})."""
+def declared(stage: str, every: dict, modality: str = IMAGE) -> Declared:
+    """Declared params of the stage in a project of that modality, from every section's typed
+    params ({section: dataclass})."""
     whole, keys = set(), {}
-    for entry in declared_keys(stage):
+    for entry in declared_keys(stage, modality):
         section, _, key = entry.partition(".")
         if key:
             keys.setdefault(section, set()).add(key)

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from stages.lib.io import StageError
 from stages.lib.modality import AUDIO  # the audio modality's keys are marked with its name
+from stages.lib.modality import audiospec  # prepare.audio: its keys, defaults and problems
 from stages.lib.modality.imagegate import FORMATS, MAX_PIXELS  # the image knobs' defaults
+from stages.lib.modality.spec import AUTO  # prepare's "chosen from the data"
 from stages.lib.userfiles import read_yaml
 
 PARAMS_FILE = "params.yaml"
@@ -49,8 +51,8 @@ def knob(default, *, choices=None, at_least=None, above=None, at_most=None, belo
     meta = {k: v for k, v in (("choices", choices), ("at_least", at_least), ("above", above),
                               ("at_most", at_most), ("below", below), ("modality", modality))
             if v is not None}
-    if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -99,7 +101,8 @@ class Validate:
     # is refused; an RMS under silence_db (dB full scale) is silent; more than max_clipped of
     # the samples at full scale is clipping (both warnings)
     min_seconds: float = knob(0.1, at_least=0.0, modality=AUDIO)
-    max_seconds: float = knob(30.0, above=0.0, modality=AUDIO)
+    # audio's input limit: ingest decodes no longer clip (predict and serve: --max-seconds)
+    max_seconds: float = knob(audiospec.MAX_SECONDS, above=0.0, modality=AUDIO)
     silence_db: float = knob(-60.0, below=0.0, modality=AUDIO)
     max_clipped: float = knob(0.01, at_least=0.0, at_most=1.0, modality=AUDIO)
 
@@ -122,32 +125,13 @@ class Split:
         return []
 
 
-AUTO = "auto"  # prepare.image_size, channels, mean, std: chosen from the data by prepare
-# prepare.image_size of an audio task: the log-mel front end's keys, with their defaults
-AUDIO_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}
-
-
-def spec_problems(spec: dict) -> list[str]:
-    """Why a prepare.image_size mapping is not a log-mel spec (AUDIO_SPEC's keys)."""
-    unknown = sorted(set(spec) - set(AUDIO_SPEC))
-    if unknown:
-        return [f"prepare.image_size: unknown key(s) {', '.join(map(str, unknown))}; a "
-                f"mapping holds the audio features' {', '.join(AUDIO_SPEC)}"]
-    bad = [k for k, v in spec.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1]
-    if bad:
-        return [f"prepare.image_size.{k} must be an integer >= 1, got {spec[k]!r}" for k in bad]
-    full = {**AUDIO_SPEC, **spec}
-    out = []
-    if full["hop"] > full["n_fft"]:
-        out.append(f"prepare.image_size: hop ({full['hop']}) must be at most n_fft "
-                   f"({full['n_fft']})")
-    if full["n_mels"] > full["n_fft"] // 2 + 1:
-        out.append(f"prepare.image_size: n_mels ({full['n_mels']}) must be at most n_fft // 2 "
-                   f"+ 1 ({full['n_fft'] // 2 + 1})")
-    if full["frames"] < 2 or full["sample_rate"] < 1000:
-        out.append("prepare.image_size: frames must be at least 2 and sample_rate at least "
-                   "1000 Hz")
-    return out
+def old_audio_form(settings: dict) -> str:
+    """The one line that refuses a log-mel mapping under prepare.image_size (an audio or
+    speech project's form before prepare.audio), naming the new keys."""
+    shown = ", ".join(f"{k}: {settings.get(k, v)}" for k, v in audiospec.DEFAULTS.items())
+    return (f"prepare.image_size is an image size; an audio or speech task's log-mel settings "
+            f"go under {audiospec.PARAMS_KEY} ({{{shown}}}): move them there and remove "
+            f"prepare.image_size")
 
 
 @dataclass(frozen=True)
@@ -156,9 +140,8 @@ class Prepare:
     # explained by prepare (stages/lib/data/autoprep.py) and recorded in data/processed/meta.json
     # (auto image_size and channels are the defaults: the digits sample gets 16 px grey from
     # them, your own data its own size and colour; mean/std [0.5] is every channel's)
-    # pixels per side, >= 1 | auto: median shorter side, rounded... | audio: the log-mel front
-    # end, a mapping of AUDIO_SPEC's keys (sample_rate Hz, n_fft, hop samples, n_mels bands,
-    # frames per clip: clips padded or cropped to (frames - 1) * hop samples); auto = defaults
+    # images: pixels per side, >= 1 | auto: median shorter side, rounded... (a mapping here is
+    # the old form of prepare.audio, refused with a line naming it)
     image_size: int | dict | str = AUTO
     channels: int | str = AUTO  # 1 = greyscale, 3 = RGB | auto: 1 only when every image is grey
     mean: list[float] | str = knob([0.5])  # per channel, or one for all | auto: the train split's
@@ -185,6 +168,10 @@ class Prepare:
     # square inputs: true keeps the aspect, scales the longer side to image_size and pads the
     # rest (grey 114, centred); false squashes; auto = the task's default (detection: true)
     letterbox: bool | str = AUTO
+    # audio and speech: the log-mel front end (stages/lib/modality/audiospec.py), a mapping of
+    # sample_rate (Hz), n_fft, hop (samples), n_mels (bands) and frames (per clip: clips are
+    # padded or cropped to (frames - 1) * hop samples); a key left out takes its default
+    audio: dict = knob({}, modality=AUDIO)
 
     def problems(self) -> list[str]:
         out = []
@@ -206,8 +193,10 @@ class Prepare:
                                    or self.width_buckets[-1] >= self.width):
             out.append(f"prepare.width_buckets must be ascending widths, each once, from 1 to "
                        f"below prepare.width ({self.width}): {self.width_buckets}")
+        if self.audio:
+            out += audiospec.problems(self.audio)
         if isinstance(self.image_size, dict):
-            out += spec_problems(self.image_size)
+            out.append(old_audio_form(self.image_size))
         elif not (self.image_size == AUTO or isinstance(self.image_size, int)
                   and self.image_size >= 1):
             out.append(f"`prepare.image_size` must be an integer >= 1 or auto, "
@@ -418,8 +407,9 @@ SECTIONS = {
 # they are, tested): no stage lists them in dvc.yaml and no out hashes them (export's
 # provenance, the report), so a run through Ray and a local run write the same dvc.lock.
 PREPARE_PLACEMENT = ("workers", "engine", "ray_address", "ray_inputs")
+# (an image project's: stages/lib/door.py swaps in another modality's keys)
 PREPARE_RESULT = tuple(f"prepare.{f.name}" for f in dataclasses.fields(Prepare)
-                       if f.name not in PREPARE_PLACEMENT)
+                       if f.name not in PREPARE_PLACEMENT and "modality" not in f.metadata)
 
 
 # {section.key: modality} of the keys only one modality's tasks read (knob(modality=...))

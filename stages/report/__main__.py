@@ -51,7 +51,7 @@ def main(params_path, with_experiments, out_path):
         record = LOG_DIR / "export.json"  # this machine's run record: untracked, like the page
         measured = read_json(record).get("metrics") if record.is_file() else None
     page = render(gather(params_path, out, task, git=git, experiments=shown, measured=measured,
-                         raw=raw), task)
+                         raw=raw, hidden=others_keys(task)), task)
     write_bytes(out, page.encode("utf-8"))
     click.echo(f"report: {out} ({len(page) / 1024:,.0f} KiB)")
     if not with_experiments:  # the DVC run: its one metric file, the columns of `dvc exp show`
@@ -64,6 +64,18 @@ def main(params_path, with_experiments, out_path):
 
         write_bytes(Path(PLOTS_PAGE), plots_page().encode())  # plots.html_template's page
         click.echo(f"report: {PLOTS_PAGE} (the offline page of `dvc plots show`)")
+
+
+def others_keys(task) -> set:
+    """The params only other tasks or other modalities read (their task_keys and ONLY_KEYS):
+    the page leaves them out at their defaults (an audio run lists no image formats)."""
+    from stages.lib.modality import MODALITIES, get as modality
+    from stages.tasks import available, get
+
+    keys = {k for name in available() if name != task.name for k in get(name).task_keys}
+    keys |= {k for name in MODALITIES if name != task.modality_name
+             for k in modality(name).ONLY_KEYS}
+    return keys - set(task.task_keys) - set(task.modality.ONLY_KEYS)
 
 
 if __name__ == "__main__":

@@ -66,14 +66,24 @@ class Facts:
     experiments: list | None = None  # `dvc exp show --json`, likewise
     # logs/export.json's parity figures (they differ per CPU in the last bits), likewise
     measured: dict | None = None
+    # what the page calls the task's inputs (its modality's WORDS) and the stored input in
+    # words (its describe)
+    words: tuple = (("item", "image"), ("items", "images"))
+    inputs: str = ""
+    meta_labels: tuple = ()  # (stored key, label): the modality's META_LABELS
+
+    def word(self, key: str) -> str:
+        """"image"/"clip" (item) or "images"/"clips" (items): the run's inputs."""
+        return dict(self.words)[key]
 
 
 def gather(params_path, out: Path, task, git: dict | None = None,
            experiments: list | None = None, measured: dict | None = None,
-           raw: dict | None = None) -> Facts:
+           raw: dict | None = None, hidden=()) -> Facts:
     """Read every input of the page, each file once (a missing file is named in the order
     the page uses them: the model first). task: the run's (the stage looks it up); raw: the
-    params file as the stage's door read it (read here when not given)."""
+    params file as the stage's door read it (read here when not given); hidden: keys not
+    shown at their defaults (other tasks' and modalities' own keys)."""
     import platform
 
     from stages.lib.checks import all_checks
@@ -86,7 +96,7 @@ def gather(params_path, out: Path, task, git: dict | None = None,
     split = {k: v for k, v in split.items() if k in ("train", "val", "test")}  # counts
     manifest_sha, manifest_rows = manifest_facts()
     code_total, code_files = code_hashes()
-    params_rows, params_sha = params_facts(raw_params, params_path)
+    params_rows, params_sha = params_facts(raw_params, params_path, hidden)
     installed = installed_versions()
     lock_sha, pins = lock_facts()
     validation = {**read_json(VALIDATION), "checks": read_json(VALIDATION_CHECKS)}
@@ -102,7 +112,11 @@ def gather(params_path, out: Path, task, git: dict | None = None,
         params_sha256=params_sha, code_sha256=code_total, code_files=code_files,
         lock_sha256=lock_sha, lock_versions=pins, installed=installed,
         python=platform.python_version(), checks=all_checks(task), git=git,
-        experiments=experiments, measured=measured)
+        experiments=experiments, measured=measured,
+        words=tuple(task.modality.WORDS.items()),
+        meta_labels=tuple(task.modality.META_LABELS.items()),
+        inputs=task.modality.describe(onnx["metadata"]) if "image_size" in onnx["metadata"]
+        else "?")
 
 
 # ---------------------------------------------------------------- readers
@@ -207,9 +221,11 @@ def installed_versions(names=KEY_PACKAGES) -> dict[str, str]:
     return versions
 
 
-def params_facts(raw: dict, params_path) -> tuple[list[tuple[str, object, object]], str]:
-    """[(section.key, value, default)] for every key of every section in declaration order,
-    and the params hash (sha256 over every section's hash), from one read of the file."""
+def params_facts(raw: dict, params_path, hidden=()) -> tuple[list[tuple[str, object, object]],
+                                                              str]:
+    """[(section.key, value, default)] for every key of every section in declaration order
+    (but those of hidden at their defaults), and the params hash (sha256 over every section's
+    hash, every key counted), from one read of the file."""
     import dataclasses
 
     from stages.lib.params import SECTIONS, parse_all, without_placement
@@ -222,7 +238,9 @@ def params_facts(raw: dict, params_path) -> tuple[list[tuple[str, object, object
         for field in dataclasses.fields(cls):
             value = getattr(values[section], field.name)
             # where prepare ran, and another modality's keys at their defaults: not shown
-            if without_placement(section, {field.name: value}):
+            key, default = f"{section}.{field.name}", getattr(defaults, field.name)
+            if without_placement(section, {field.name: value}) and not (
+                    key in hidden and value == default):
                 rows.append((f"{section}.{field.name}", getattr(values[section], field.name),
                              getattr(defaults, field.name)))
     digest = params_hash({section: params_hash(without_placement(

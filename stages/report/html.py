@@ -102,7 +102,7 @@ def comparison(metrics: dict) -> str:
             for k in sorted(other) if isinstance(other[k], (int, float))
             and not isinstance(other[k], bool) and isinstance(metrics.get(k), (int, float))]
     return (f'<h3 id="compare-with">This model against <code>{esc(other.get("model", ""))}</code>'
-            f' <span class="muted small">(evaluate.compare_with, the same test images)</span>'
+            f' <span class="muted small">(evaluate.compare_with, the same test set)</span>'
             f'</h3>{table(["metric", "this model", "earlier model", "change"], rows, "numeric")}')
 
 

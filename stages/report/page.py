@@ -40,10 +40,11 @@ def render(facts: Facts, task) -> str:
     up: this floor is below the tasks). facts.git and facts.experiments are given only for the
     (untracked) human page."""
     parts = all_sections(facts, task)
-    images = sum(sum(v.values()) for v in facts.split.values())
+    total = sum(sum(v.values()) for v in facts.split.values())
     own = task_report(task)
-    tops = [*(own.headline(facts) if own else []), ("test images", facts.eval.get("samples")),
-            ("images", images), ("ONNX parity", facts.export.get("parity")),
+    items = facts.word("items")
+    tops = [*(own.headline(facts) if own else []), (f"test {items}", facts.eval.get("samples")),
+            (items, total), ("ONNX parity", facts.export.get("parity")),
             ("kernels", facts.onnx["metadata"].get("kernels")),
             ("trained on", trained_on(facts.onnx["metadata"].get("trained_on"))),
             ("ONNX max |diff|", (facts.measured or {}).get("max_abs_diff"))]
@@ -56,8 +57,7 @@ def render(facts: Facts, task) -> str:
     what = (f"\n{len(meta['classes'])} classes" if "classes" in meta
             else f" task {esc(facts.task)}")
     title = "Run report" if facts.experiments is None else "Run report with experiments"
-    size = esc(meta.get("image_size", "?"))
-    header = f"""<div class="sub">{size}px images,{what} &middot; data \
+    header = f"""<div class="sub">{esc(facts.inputs)},{what} &middot; data \
 <code>{facts.manifest_sha256[:12]}</code> &middot; params
 <code>{facts.params_sha256[:12]}</code> &middot; code <code>{facts.code_sha256[:12]}</code>
 </div>

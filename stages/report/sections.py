@@ -132,7 +132,8 @@ def data(facts: Facts) -> str:
     link = Path(os.path.relpath(VALIDATION_HTML, facts.out.parent or Path("."))).as_posix()
     cards = "".join([
         card("files", "validation.files", validation.get("files", 0), "in the manifest"),
-        card("valid", "validation.valid", validation.get("valid", 0), "usable images"),
+        card("valid", "validation.valid", validation.get("valid", 0),
+             f"usable {facts.word('items')}"),
         card("invalid", "validation.invalid", validation.get("invalid", 0), "blocking problems"),
         card("warned", "validation.warned", validation.get("warned", 0), "used, with a warning"),
         card("quarantined", "quarantine.rows", facts.quarantined, QUARANTINE.as_posix()),
@@ -143,7 +144,7 @@ def data(facts: Facts) -> str:
                else f'<span class="badge warn">{flagged} of {len(found)} checks flagged '
                "files</span>")
     return f"""
-<p class="lead">{grand:,} images in {len(classes)} classes, split {' / '.join(
+<p class="lead">{grand:,} {facts.word("items")} in {len(classes)} classes, split {' / '.join(
         f'{s} {sum(split[s].values()):,}' for s in splits)}.</p>
 <div class="cards">{cards}</div>
 <div class="grid2">
@@ -248,7 +249,8 @@ def export(facts: Facts) -> str:
                      "logs/export.json and reports/experiments.html, not in this page)")
     verdict = (f'<span class="badge {"ok" if agree else "bad"}">top-1 agreement '
                f'{fmt(parity.get("top1_agreement"))}</span>')
-    meta_rows = [f'<tr><td><code>{esc(k)}</code></td><td data-key="onnx.{esc(k)}" '
+    labels = dict(facts.meta_labels)  # a stored key in the modality's words
+    meta_rows = [f'<tr><td><code>{esc(labels.get(k, k))}</code></td><td data-key="onnx.{esc(k)}" '
                  f'data-value="{esc(json.dumps(v))}"><code>{esc(fmt(v))}</code></td></tr>'
                  for k, v in onnx["metadata"].items()]
     model = [
@@ -268,7 +270,8 @@ def export(facts: Facts) -> str:
         f'<tr><th>producer</th><td>{esc(onnx["producer"])}</td></tr>',
     ]
     return f"""
-<p class="lead">PyTorch and onnxruntime on the same test images: {measured}; an image fails
+<p class="lead">PyTorch and onnxruntime on the same test {facts.word("items")}: {measured};
+{"an" if facts.word("item")[0] in "aeiou" else "a"} {facts.word("item")} fails
 above atol + rtol &times; its largest logit ({fmt(parity.get("atol"))} +
 {fmt(parity.get("rtol"))} &times; |logit|). {verdict}</p>
 <div class="grid2">

@@ -16,10 +16,11 @@ GROUPS = [("dataset", "Blocking: dataset", "dataset",
           ("warnings", "Warnings", "warning", "Odd but usable: the files are used.")]
 
 
-def page(summary: dict, result: dict, policy: str, declared: dict) -> str:
+def page(summary: dict, result: dict, policy: str, declared: dict, items: str = "files") -> str:
     """The page for validate's summary (metrics/validation.json) and check_all's result.
 
-    declared: {check: (kind, description)}, checks.all_checks(task)."""
+    declared: {check: (kind, description)}, checks.all_checks(task); items: what the task's
+    inputs are called (its modality's WORDS: images, clips)."""
     found = {"dataset": result["dataset"], "blocking": result["issues"],
              "warning": result["issues"]}
     header = (f'<div class="sub">{summary["files"]:,} files: {summary["valid"]:,} usable, '
@@ -31,7 +32,7 @@ def page(summary: dict, result: dict, policy: str, declared: dict) -> str:
                       ("blocking", summary["invalid"]), ("with warnings", summary["warned"]),
                       ("classes", len(summary["per_class"])))) + "</div>")
     parts = [("classes", "Classes", table(
-        ["class", "usable images"],
+        ["class", f"usable {items}"],
         [f"<tr><td>{esc(c)}</td>{num(f'class.{c}', n)}</tr>"
          for c, n in summary["per_class"].items()], "numeric narrow"))]
     for key, title, kind, note in GROUPS:

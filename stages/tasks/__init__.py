@@ -75,7 +75,7 @@ def open_stage(stage: str, params_path="params.yaml") -> Opened:
     task = get(task_of(raw, params_path))
     every = parse_all(raw, params_path)
     check_params(task, every, params_path)
-    return Opened(task, declared(stage, every), raw)
+    return Opened(task, declared(stage, every, task.modality_name), raw)
 
 
 INIT = "python -m tools.init --task {task}"  # writes a params.yaml that fits the task

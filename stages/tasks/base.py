@@ -97,7 +97,7 @@ class Task:
 
     def check_settings(self, params: dict) -> dict:
         """What the task's checks (check_columns, reason) need of other stages' params (ocr:
-        the CTC length rule on prepare.height/width; audio and speech: prepare.image_size's
+        the CTC length rule on prepare.height/width; audio and speech: prepare.audio's
         sample rate): validate passes it to both. Default: none."""
         return {}
 
@@ -131,12 +131,13 @@ class Task:
         shown = ", ".join(map(str, classes[:8])) + (" ..." if len(classes) > 8 else "")
         return f"{len(classes)} classes ({shown})"
 
-    def fit_prepare(self, images: list) -> list:
+    def fit_prepare(self, facts: list) -> list:
         """[(dotted prepare key, value, why)]: prepare's settings for one's own data, from the
-        header facts [(split, width, height, grey)] of its images (upright sizes; split "" when
-        the data has none). Default, square inputs: image_size and channels as prepare's auto
-        chooses them (stages/lib/modality/imagefit.py: sizes from train), mean/std auto
-        (train's)."""
+        header facts of its files (the modality's header: images (split, width, height, grey),
+        upright sizes; split "" when the data has none). Default, square images: image_size
+        and channels as prepare's auto chooses them (stages/lib/modality/imagefit.py: sizes
+        from train), mean/std auto (train's)."""
+        images = facts
         from stages.lib.modality.imagefit import (AUTO_SIZE_CAP, AUTO_SIZE_MIN, SIZE_MULTIPLE,
                                                   auto_size)
 
@@ -158,9 +159,10 @@ class Task:
     # from its default under a task that does not list it, such a key is a leftover of
     # another task (train.aug_stretch under classification)
     task_keys: tuple = ()
-    # prepare.channels values that fit the task's data ("auto": chosen from the data)
-    channels: tuple = (1, 3, "auto")
-    # the smallest prepare.image_size (pixels per side) the task's models take
+    # prepare.channels values that fit the task's data ("auto": chosen from the data); () =
+    # its modality's (CHANNELS: images 1, 3 or auto; sounds 1 or auto)
+    channels: tuple = ()
+    # image tasks: the smallest prepare.image_size (pixels per side) the task's models take
     min_image_size = 1
 
     def param_problems(self, params: dict, others: list) -> list[str]:
@@ -174,11 +176,12 @@ class Task:
         task's key set. A task with further needs adds to this list."""
         prepare = params["prepare"]
         out = [self.model_problem(params["train"].model, others)]
-        if prepare.channels not in self.channels:
-            wanted = [c for c in self.channels if c != "auto"]
+        channels = self.channels or self.modality.CHANNELS
+        if prepare.channels not in channels:
+            wanted = [c for c in channels if c != "auto"]
+            rgb = " (RGB) or auto (grey only when every image is)" if 3 in wanted else " or auto"
             out.append(f"prepare.channels: {prepare.channels}, but {self.name} takes "
-                       f"{' or '.join(map(str, wanted))} (RGB) or auto (grey only when every "
-                       f"image is)")
+                       f"{' or '.join(map(str, wanted))}{rgb}")
             for key in ("mean", "std"):
                 value = getattr(prepare, key)
                 if isinstance(value, list) and len(wanted) == 1 and len(value) != wanted[0]:
@@ -190,7 +193,8 @@ class Task:
         if prepare.letterbox is True and self.letterbox is None:
             out.append(f"prepare.letterbox: true, but {self.name}'s targets do not follow a "
                        f"letterbox: set auto or false")
-        return [line for line in out if line] + self.leftover_keys(params, others)
+        return ([line for line in out if line] + self.leftover_keys(params, others)
+                + self.other_modality_keys(params, others))
 
     def model_problem(self, name: str, others: list) -> str:
         """Why train.model does not fit ("" when it does): a name outside `models`, said to be
@@ -203,6 +207,26 @@ class Task:
         builds = self.models[0] if len(self.models) == 1 else (
             f"{', '.join(self.models)} ({self.models[0]} is its default)")
         return f"train.model: {name!r} is {what}; {self.name} builds {builds}"
+
+    def other_modality_keys(self, params: dict, others: list) -> list[str]:
+        """Another modality's own keys (its ONLY_KEYS: an image task's prepare.image_size or
+        prepare.height under an audio task) set away from their defaults; those another task
+        lists among its task_keys are leftover_keys' to name."""
+        from stages.lib.modality import MODALITIES, get
+
+        listed = {key for other in others for key in other.task_keys}
+        out = []
+        for name in sorted(MODALITIES):
+            if name == self.modality_name:
+                continue
+            for key in get(name).ONLY_KEYS:
+                section, field = key.split(".")
+                value = getattr(params[section], field)
+                default = getattr(type(params[section])(), field)
+                if key not in listed and value != default:
+                    out.append(f"{key}: {value!r} is read by {name} tasks only; {self.name} "
+                               f"ignores it: remove it (default {default!r})")
+        return out
 
     def leftover_keys(self, params: dict, others: list) -> list[str]:
         """Another task's task_keys this task does not read, set away from their defaults."""

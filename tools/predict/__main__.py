@@ -66,8 +66,8 @@ EXIT_SOME_FAILED = 3  # some inputs failed: their rows carry the error
               help="With --ray: batches (of --batch-size images) per shard, the unit a worker "
                    "decodes and an actor predicts.")
 def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, top_k,
-         max_pixels, overwrite, out_dir, retry_failed, score_threshold, beam, ray_address,
-         ray_shard):
+         max_pixels, max_seconds, overwrite, out_dir, retry_failed, score_threshold, beam,
+         ray_address, ray_shard):
     """Predict every image in SOURCE... with the exported model (whatever its task) and write
     one row per image to --out.
 
@@ -78,8 +78,9 @@ def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, 
     label, score (softmax probability of label) and topk (a list of {label, score}); model is
     the model version (the first 12 hex digits of the sha256 of the trained weights,
     models/model.pt: the version serve answers and the report shows). A file that
-    cannot be read or decoded, or whose header declares more than --max-pixels pixels (it is
-    not decoded), gets a row with its error, and the run goes on.
+    cannot be read or decoded, or whose header declares more than --max-pixels pixels (a
+    sound: more than --max-seconds seconds; it is not decoded), gets a row with its error, and
+    the run goes on.
 
     The run is restartable: re-run the same command after a crash or Ctrl-C and it skips
     every path already in --out, so each input ends with exactly one row. An --out written
@@ -111,6 +112,7 @@ def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, 
     if model.registry:  # --ray's workers load the checked copy in the cache
         model_path = model.registry["cached"]
     apply_decode_options(model, score_threshold, beam)
+    model.max_seconds = max_seconds  # a sound model's input limit
     fields = output_fields(model)
     done, failed_before, retry = resume(out, fmt, fields, model, overwrite, retry_failed,
                                         sources)

@@ -90,8 +90,9 @@ class _Spec:
     def __init__(self, spec: dict):
         from stages.lib.modality import get
 
-        self.image_size, self.channels = spec["image_size"], spec["channels"]
-        self.letterbox, self.modality = spec["letterbox"], get(spec["modality"])
+        self.modality = get(spec["modality"])
+        self.spec = self.modality.Spec.from_meta(spec["recipe"])
+        self.max_seconds = spec["max_seconds"]
 
 
 class Predictor:
@@ -133,9 +134,16 @@ def actor_spec(model, model_path, threads: int) -> dict:
     and what every decode task needs of it."""
     return {"backend": model.backend, "path": model_file(model.backend, model_path),
             "threads": threads or 1,
-            "meta": dict(model.meta), "image_size": model.image_size,
-            "channels": model.channels, "letterbox": model.letterbox,
-            "modality": model.task.modality_name}
+            "meta": dict(model.meta), "recipe": model_recipe(model),
+            "modality": model.task.modality_name, "max_seconds": model.max_seconds}
+
+
+def model_recipe(model) -> dict:
+    """The model's stored input recipe (stages/lib/modality/spec.py), as the decode tasks
+    rebuild its spec from it."""
+    from stages.lib.modality.spec import LETTERBOX
+
+    return {**model.recipe, LETTERBOX: model.letterbox}
 
 
 def check_retry(ray, exc, index: int, items, attempt: int, spec: dict) -> None:
@@ -171,7 +179,7 @@ def predict_on_ray(ray, paths, model, model_path, emit, *, batch_size: int,
     from tqdm import tqdm
 
     spec = actor_spec(model, model_path, threads)
-    decode_spec = {k: spec[k] for k in ("image_size", "channels", "letterbox", "modality")}
+    decode_spec = {k: spec[k] for k in ("recipe", "modality", "max_seconds")}
     decode = ray.remote(num_cpus=0, max_retries=3)(decode_shard)
     actor_class = ray.remote(num_cpus=spec["threads"], max_restarts=0)(Predictor)
     size = max(1, int(ray.cluster_resources().get("CPU", 1) // spec["threads"]))

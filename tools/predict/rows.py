@@ -9,12 +9,13 @@ def decode_input(path, model, max_pixels: int, source=None) -> tuple:
     """(path, model input or None, error) of one input: a Problem is never opened; a file that
     cannot be read or decoded gets its error. source: where to read it (default: path)."""
     from stages.lib.modality.errors import BadInput
+    from tools.inference import input_limit
 
     if isinstance(path, Problem):
         return (path, None, path.error)
     try:
-        return (path, model.modality.read(source or path, model.image_size, model.channels,
-                                          max_pixels, model.letterbox), "")
+        return (path, model.modality.read(source or path, model.spec,
+                                          input_limit(model, max_pixels)), "")
     except BadInput as exc:
         return (path, None, f"{exc.kind}: {exc}")
 
@@ -43,3 +44,4 @@ def predict_rows(model, batch, top_k: int, version: str = "") -> list[dict]:
         else:
             rows.append({"path": path, **next(preds), "error": "", "model": version})
     return rows
+

@@ -43,7 +43,8 @@ HELP = f"""Serve the model (or several) over HTTP until Ctrl-C.
     finish on the old model (docs/predict-serve.md).
 
     Each file is answered on its own: one that is not of the model's modality, is corrupt or
-    declares more than a limit in its header (--max-pixels; not decoded) gets its error in
+    declares more than a limit in its header (--max-pixels for images, --max-seconds for
+    sounds; not decoded) gets its error in
     its place, and the answer is 200 with status `partial`; only when no file is usable does
     the request fail, naming every file, with the status of its files' kind of bad input
     ({statuses()}; {MIXED_STATUS} for kinds of different statuses).
@@ -116,11 +117,13 @@ def return_freed_memory() -> None:
                    "connections are not counted (the timeouts close them).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
-def main(model_path, registry, backend, threads, score_threshold, beam, expose, **options):
+def main(model_path, registry, backend, threads, score_threshold, beam, expose, max_seconds,
+         **options):
     warning = check_host(options["host"], expose)  # before anything is loaded
     config = ServeConfig.from_options(options, project=Path.cwd().name)
     return_freed_memory()
-    models, loaders = load_models(model_path, registry, backend, threads, score_threshold, beam)
+    models, loaders = load_models(model_path, registry, backend, threads, score_threshold, beam,
+                                  max_seconds)
     from tools.serve.app import create_app
 
     app = create_app(models, config, loaders)
@@ -135,7 +138,8 @@ def main(model_path, registry, backend, threads, score_threshold, beam, expose, 
     run(app, config)
 
 
-def load_models(model_path, registry, backend, threads, score_threshold, beam) -> tuple:
+def load_models(model_path, registry, backend, threads, score_threshold, beam,
+                max_seconds=0.0) -> tuple:
     """({name: loaded model}, {name: its Loader}) of the --model options (none: the default
     model file), each loaded in the niced inference thread (the backend's threads inherit its
     priority); a UsageError when two take one name, or several are given and one is a file."""
@@ -145,7 +149,7 @@ def load_models(model_path, registry, backend, threads, score_threshold, beam) -
 
     models, loaders = {}, {}
     for text in model_path or (None,):
-        loader = Loader(text, registry, backend, threads, score_threshold, beam)
+        loader = Loader(text, registry, backend, threads, score_threshold, beam, max_seconds)
         path, facts = loader.fetch()  # a registered model: resolved, fetched, checked
         model = inference_executor().submit(loader.load, path, facts).result()
         name = name_of(model, DEFAULT)

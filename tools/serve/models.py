@@ -32,6 +32,7 @@ class Loader:
     threads: int
     score_threshold: float | None = None
     beam: int | None = None
+    max_seconds: float = 0.0  # --max-seconds: a sound model's longest clip
 
     @property
     def registered(self) -> bool:
@@ -54,6 +55,7 @@ class Loader:
         model = load(self.backend, path, self.threads)
         model.registry = facts
         apply_decode_options(model, self.score_threshold, self.beam)
+        model.max_seconds = self.max_seconds
         return model
 
 
@@ -106,8 +108,7 @@ async def start(served: Served, top_k: int, max_batch: int, max_wait_s: float) -
 
     served.batcher = MicroBatcher(served.model, top_k, max_batch, max_wait_s)
     served.worker = asyncio.create_task(served.batcher.run())
-    warmup = served.model.modality.warmup_input(served.model.image_size,
-                                                served.model.channels)
+    warmup = served.model.modality.warmup_input(served.model.spec)
     await served.batcher.predict([warmup])
 
 

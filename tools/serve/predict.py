@@ -83,23 +83,27 @@ class Predict:
 
     async def decode(self, upload, model):
         """One upload as the model's input, decoded off the event loop: its header first (in
-        the header threads: the decode's cost, refused past max_pixels or the budget), then,
-        once that cost is admitted to the shared budget (batching.DecodeBudget; Busy when its
-        queue is full), the decode itself in the decode threads. The budget is given back
-        when the decode's thread ends, even when the request stopped waiting for it (its
-        deadline passed): memory stays bounded. Raises BadInput for a file it cannot use."""
+        the header threads: the decode's cost, refused past the modality's input limit or
+        the budget), then, once that cost is admitted to the shared budget
+        (batching.DecodeBudget; Busy when its queue is full), the decode itself in the
+        decode threads. The budget is given back when the decode's thread ends, even when
+        the request stopped waiting for it (its deadline passed): memory stays bounded.
+        Raises BadInput for a file it cannot use."""
         import asyncio
         from functools import partial
 
+        from tools.inference import input_limit
+
         source = upload.file  # spooled to disk past 1 MiB: never read whole into memory
         loop, state = asyncio.get_running_loop(), self.app.state
+        limit = input_limit(model, self.config.max_pixels)
         cost, draft = await loop.run_in_executor(state.headers, partial(
-            model.modality.read_header, source, model.channels, self.config.max_pixels,
-            self.config.budget_bytes, model.image_size))
+            model.modality.read_header, source, model.spec, limit, self.config.budget_bytes))
         await state.budget.acquire(cost)
+        drafted = getattr(model.modality, "read_drafted", None)  # images: a reduced decode
         decode = loop.run_in_executor(state.decoders, partial(
-            model.modality.read_drafted, source, model.image_size, model.channels, draft,
-            model.letterbox))
+            drafted, source, model.image_size, model.channels, draft, model.letterbox)
+            if drafted else partial(model.modality.read, source, model.spec, limit))
 
         def done(future):
             state.budget.release(cost, decoded=not future.cancelled())

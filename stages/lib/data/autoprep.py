@@ -16,10 +16,11 @@ channel last:
 from stages.lib.params import AUTO
 
 
-def needs_headers_first(p) -> bool:
-    """image_size or channels auto: the headers decide them before anything is decoded. With
-    both explicit, prepare's workers collect the same facts while decoding (for the hints)."""
-    return p.image_size == AUTO or p.channels == AUTO
+def needs_headers_first(p, size) -> bool:
+    """The size (the modality's given_size: images' prepare.image_size) or channels auto: the
+    headers decide them before anything is decoded. With both explicit, prepare's workers
+    collect the same facts while decoding (for the hints)."""
+    return size == AUTO or p.channels == AUTO
 
 
 def check_norm(p, channels: int) -> None:

@@ -30,6 +30,8 @@ import numpy as np
 
 from stages.lib.modality import DEFAULT, get
 
+# the shard files' kinds; "images" names every modality's stored samples (the file names are
+# part of data/processed's bytes)
 IMAGES, TARGETS, WIDTHS = "images", "targets", "widths"
 
 
@@ -120,9 +122,9 @@ class ShardWriter:
         self.root, self.buf = Path(root), None
 
     @contextlib.contextmanager
-    def images(self, split: str, k: int, shape):
-        """Shard k's uint8 images file of `shape` (N x H x W x C): yields an ImagesFile to
-        fill (its x), telling it as it goes (filled); written on leaving (ImagesFile.written).
+    def samples(self, split: str, k: int, shape):
+        """Shard k's uint8 samples file of `shape` (N x H x W x C): yields a SamplesFile to
+        fill (its x), telling it as it goes (filled); written on leaving (SamplesFile.written).
         An error inside removes the temp file."""
         from stages.lib.io import StreamedWrite
 
@@ -132,7 +134,7 @@ class ShardWriter:
         x = buf.array(shape, np.uint8)
         path = self.root / split / shard_name(IMAGES, k)
         with StreamedWrite(path, buf.memory, buf.file_size(shape, np.uint8)) as stream:
-            shard = ImagesFile(x, stream, buf.header_size)
+            shard = SamplesFile(x, stream, buf.header_size)
             yield shard
             shard.written = [(stream.finish(), str(path))]
 
@@ -149,9 +151,10 @@ class ShardWriter:
         return written
 
 
-class ImagesFile:
-    """One shard's images as ShardWriter.images writes them: x, the array to fill; filled(i):
-    the first i images are final (their bytes go to the disk while the rest is filled)."""
+class SamplesFile:
+    """One shard's stored samples as ShardWriter.samples writes them: x, the array to fill;
+    filled(i): the first i samples are final (their bytes go to the disk while the rest is
+    filled)."""
 
     def __init__(self, x: np.ndarray, stream, header_size: int):
         self.x, self.stream, self.header_size = x, stream, header_size
@@ -359,7 +362,7 @@ def load_split(split: str, root="data/processed", torch=False, modality: str = D
     return x, y, meta
 
 
-def images_view(split: str, root="data/processed") -> View:
+def samples_view(split: str, root="data/processed") -> View:
     """The stored samples of one split (what the model saw, before normalising; images:
     uint8 NxHxWxC)."""
     from stages.lib.io import read_json

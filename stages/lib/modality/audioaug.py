@@ -1,6 +1,6 @@
 """The audio modality's default augmentation: SpecAugment (Park et al. 2019), time and
 frequency masks on one normalised log-mel input, a pure function of its seed (stages/lib/
-augment.py seeds it from seed, epoch and index, as the image augmentations).
+augment.py seeds it from seed, epoch and index, as every augmentation).
 
 train's keys (stages/lib/params.py): aug_time_mask (the widest time mask, in frames; 0 =
 off), aug_freq_mask (the widest frequency mask, in mel bands; 0 = off), aug_masks (masks of

@@ -3,16 +3,16 @@
 prepare, evaluate, export, predict and serve all go through `features` (read the samples,
 mix to mono, resample to the feature rate, pad or crop to a fixed length, log-mel, quantise)
 so the model never sees a clip prepared two ways. A stored sample is a log-mel spectrogram as
-a one-channel "image": uint8 n_mels x frames x 1, dB relative to the clip's own loudest cell
-(a per-clip normalisation) over AUDIO_RANGE_DB, so the shards, value counts, normalisation and
-thumbnails of the image pipeline apply unchanged.
+one channel: uint8 n_mels x frames x 1, dB relative to the clip's own loudest cell (a per-clip
+normalisation) over AUDIO_RANGE_DB, so the shards, value counts, normalisation and thumbnails
+every modality shares apply unchanged.
 
-The feature settings travel as one dict, `spec` (sample_rate, n_fft, hop, n_mels, frames):
-prepare's image_size for this modality, recorded in meta.json, model.pt and the ONNX
-metadata, and handed back to decode/read by every consumer. numpy and soundfile only (no
-torch): an ONNX consumer can compute the features without it. Every sum is float64 in a
-fixed order (the resampler's taps one by one; numpy's FFT and one matrix product for the mel
-bands), then rounded to uint8.
+The feature settings travel as one spec (audiospec.py AudioSpec: sample_rate, n_fft, hop,
+n_mels, frames; params.yaml's prepare.audio), recorded in meta.json, model.pt and the ONNX
+metadata, and handed back to decode/read by every consumer (as a dict inside this module).
+numpy and soundfile only (no torch): an ONNX consumer can compute the features without it.
+Every sum is float64 in a fixed order (the resampler's taps one by one; numpy's FFT and one
+matrix product for the mel bands), then rounded to uint8.
 """
 import functools
 import threading
@@ -21,8 +21,6 @@ import numpy as np
 
 from stages.lib.modality.errors import decode_error
 
-# the feature settings' defaults (params: stages/lib/params.py Audio)
-SPEC_DEFAULTS = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}
 AUDIO_RANGE_DB = 80.0  # the dB below the clip's loudest cell that map to 0..255
 REF_FLOOR_DB = -20.0  # a clip quieter than this is not scaled up (silence stays dark)
 F_MIN = 20.0
@@ -31,30 +29,13 @@ HASH_SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 32, "fram
 # the manifest columns inspect fills, in order; the error kinds it writes
 FIELDS = ("format", "subtype", "sample_rate", "channels", "frames", "duration", "peak", "rms",
           "nonfinite", "clipped", "error_kind", "error", "mel_hash")
-INSPECT_ERRORS = ("undecodable", "too_large")
-LETTERBOX = False  # audio is never letterboxed
+INSPECT_ERRORS = ("undecodable", "duration")
 CLIP_LEVEL = 0.999  # |sample| at or above this (full scale 1.0) counts as clipped
 
 
-def spec_of(image_size) -> dict:
-    """The feature settings from a model's or meta.json's image_size (a dict), defaults filled."""
-    spec = dict(SPEC_DEFAULTS)
-    if isinstance(image_size, dict):
-        spec.update({k: int(v) for k, v in image_size.items() if k in SPEC_DEFAULTS})
-    return spec
-
-
-def spec_problems(prepare, task: str, frames: int) -> list[str]:
-    """Why prepare's params (typed) do not fit a task whose input is this log-mel spectrogram:
-    an image size where the spec goes (`frames` the example's), a text line's height."""
-    out = []
-    if isinstance(prepare.image_size, int):
-        out.append(f"prepare.image_size: {prepare.image_size} is an image size; {task} takes "
-                   f"auto or its log-mel spec, a mapping such as {{sample_rate: 16000, "
-                   f"n_fft: 512, hop: 160, n_mels: 40, frames: {frames}}}")
-    if prepare.height:
-        out.append(f"prepare.height: {prepare.height} is for text lines; {task} takes 0")
-    return out
+def settings_of(spec) -> dict:
+    """The feature settings of an AudioSpec, as the dict the functions below read."""
+    return spec.settings
 
 
 def riff_truncation(head: bytes, size: int) -> str:
@@ -80,16 +61,25 @@ def riff_truncation(head: bytes, size: int) -> str:
     return ""
 
 
-def read_samples(src, max_frames: int = 0):
+class TooLong(OverflowError):
+    """A clip longer than the limit, refused from its header: soundfile's (format, subtype,
+    rate, channels, frames) in `info`."""
+
+    def __init__(self, info: tuple):
+        super().__init__(f"{info[4] / info[2]:.1f} s" if info[2] else f"{info[4]} frames")
+        self.info = info
+
+
+def read_samples(src, max_seconds: float = 0):
     """(float64 samples, frames x channels; sample rate; soundfile's (format, subtype, rate,
     channels, frames)) of a path or a binary file object, fully decoded. A truncated file is
-    a ValueError; max_frames > 0: a file declaring more frames is refused (OverflowError)
-    before its samples are read."""
+    a ValueError; max_seconds > 0: a file declaring a longer clip is refused (TooLong) before
+    its samples are read."""
     import soundfile as sf
 
     if not hasattr(src, "read"):
         with open(src, "rb") as f:
-            return read_samples(f, max_frames)
+            return read_samples(f, max_seconds)
     start = src.tell()
     head = src.read(4096)
     src.seek(0, 2)
@@ -99,8 +89,8 @@ def read_samples(src, max_frames: int = 0):
     if why:
         raise ValueError(why)
     with sf.SoundFile(src) as f:
-        if max_frames and f.frames > max_frames:
-            raise OverflowError(f"{f.frames} frames")
+        if max_seconds and f.frames > max_seconds * f.samplerate:
+            raise TooLong((f.format, f.subtype, f.samplerate, f.channels, f.frames))
         data = f.read(dtype="float64", always_2d=True)
         info = (f.format, f.subtype, f.samplerate, f.channels, f.frames)
     if len(data) != info[4]:  # a header promising more frames than the data holds
@@ -284,10 +274,10 @@ def wave_features(x: np.ndarray, rate: int, spec: dict) -> np.ndarray:
     return quantise(log_mel_db(x, spec))[..., None]
 
 
-def features(src, spec: dict, max_frames: int = 0) -> tuple:
+def features(src, spec: dict, max_seconds: float = 0) -> tuple:
     """(the stored sample of a file (path or binary file object), uint8 n_mels x frames x 1;
     its (frames, sample rate)), from one full decode."""
-    data, rate, info = read_samples(src, max_frames)
+    data, rate, info = read_samples(src, max_seconds)
     return wave_features(mono(data), rate, spec), (info[4], rate)
 
 
@@ -300,8 +290,8 @@ def _dct_rows(n: int, keep: int = 8) -> np.ndarray:
 
 def mel_hash(x: np.ndarray, rate: int) -> str:
     """16 hex digits: a perceptual hash of a clip's log-mel (HASH_SPEC): the 8 x 8 lowest
-    2-D DCT frequencies against their median, as the images' phash (near-duplicates differ
-    in a few bits; a louder or quieter copy is the same clip)."""
+    2-D DCT frequencies against their median, as the picture modality's phash
+    (near-duplicates differ in a few bits; a louder or quieter copy is the same clip)."""
     q = wave_features(x, rate, HASH_SPEC)[..., 0].astype(np.float64)
     low = (_dct_rows(q.shape[0]) @ q @ _dct_rows(q.shape[1]).T).ravel()
     median = float(np.median(low))
@@ -310,17 +300,21 @@ def mel_hash(x: np.ndarray, rate: int) -> str:
 
 def inspect(path, limit: int = 0, with_phash: bool = True) -> dict:
     """What a full decode of a sound file (path or binary file object) finds; `error` is
-    empty when it decodes. limit: the most frames decoded (0 = no limit; ingest passes
-    validate.max_pixels, the modality's decode bound): a file declaring more is too_large and
-    never decoded. peak and rms are of every channel's samples, full scale 1.0; nonfinite
-    counts NaN and infinite samples (float files), clipped the share of samples at full scale."""
+    empty when it decodes. limit: the longest clip decoded, in seconds (0 = no limit; ingest
+    passes validate.max_seconds, the modality's input limit): a file declaring a longer one is
+    never decoded, its header's facts kept and its error the duration check's. peak and rms
+    are of every channel's samples, full scale 1.0; nonfinite counts NaN and infinite samples
+    (float files), clipped the share of samples at full scale."""
     facts = dict.fromkeys(FIELDS, "")
     try:
         data, rate, info = read_samples(path, limit)
-    except OverflowError as exc:
-        facts.update(error_kind="too_large",
-                     error=f"too large: {exc} > validate.max_pixels ({limit}), the most "
-                           f"frames decoded; not decoded")
+    except TooLong as exc:
+        fmt, subtype, rate, channels, frames = exc.info
+        facts.update(format=fmt, subtype=subtype, sample_rate=rate, channels=channels,
+                     frames=frames, duration=f"{frames / rate:.4f}" if rate else "0",
+                     error_kind="duration",
+                     error=f"duration {frames / rate:.3f} s over validate.max_seconds "
+                           f"({limit:g} s): never decoded")
         return facts
     except Exception as exc:  # libsndfile's errors, truncation: every one means "unusable"
         facts.update(error_kind="undecodable", error=f"cannot decode: {decode_error(exc, path)}")
@@ -348,38 +342,29 @@ def fingerprint(row) -> int | None:
     return None
 
 
-def input_shape(image_size, channels: int) -> tuple:
-    """One stored sample's shape, (n_mels, frames, 1)."""
-    spec = spec_of(image_size)
-    return (spec["n_mels"], spec["frames"], 1)
+def input_shape(spec) -> tuple:
+    """One stored sample's shape, (n_mels, frames, 1), of an AudioSpec."""
+    return spec.shape
 
 
 def input_spec(meta: dict) -> tuple:
-    """One model input's shape, (1, n_mels, frames), from meta's image_size (the spec)."""
-    spec = spec_of(meta["image_size"])
-    return (1, spec["n_mels"], spec["frames"])
+    """One model input's shape, (1, n_mels, frames), from meta's stored spec."""
+    from stages.lib.modality.audiospec import AudioSpec
+
+    n_mels, frames, channels = AudioSpec.from_meta(meta).shape
+    return (channels, n_mels, frames)
 
 
-def warmup_input(image_size, channels: int) -> np.ndarray:
+def warmup_input(spec) -> np.ndarray:
     """A stored sample the model can run on before any request: silence (all 0)."""
-    return np.zeros(input_shape(image_size, channels), dtype=np.uint8)
+    return np.zeros(spec.shape, dtype=np.uint8)
 
 
-def line_buckets(sizes, image_size, width_buckets) -> np.ndarray:
-    """Audio has no width buckets: every clip is `frames` long."""
-    return np.full(len(sizes), spec_of(image_size)["frames"], dtype=np.uint16)
-
-
-def bucket_width(image_size, width_buckets, source_size) -> int:
-    """The input width (frames) every clip runs at."""
-    return spec_of(image_size)["frames"]
-
-
-def decode(path, image_size, channels: int, letterbox=False, facts=None, sizes=None):
+def decode(path, spec, facts=None, sizes=None):
     """(the stored sample of one file, uint8 n_mels x frames x 1; its (frames, sample rate)).
     facts: a list that gets (frames, True) (the fit facts: prepare's hints); sizes: a list
     that gets (frames, sample rate)."""
-    x, size = features(path, spec_of(image_size))
+    x, size = features(path, settings_of(spec))
     if facts is not None:
         facts.append((size[0], True))
     if sizes is not None:
@@ -389,7 +374,7 @@ def decode(path, image_size, channels: int, letterbox=False, facts=None, sizes=N
 
 def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     """uint8 N x n_mels x frames x 1 -> float32 N x 1 x n_mels x frames: scaled to [0, 1],
-    then ((x / 255) - mean) / std in float32, element by element (as the image modality)."""
+    then ((x / 255) - mean) / std in float32, element by element (as every modality)."""
     n, h, w, c = batch.shape
     x = np.empty((n, c, h, w), dtype=np.float32)
     np.copyto(x, batch.transpose(0, 3, 1, 2), casting="unsafe")
@@ -401,12 +386,12 @@ def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
 
 def normalize_tensor(batch, mean, std):
     """normalize on a torch uint8 N x n_mels x frames x C batch on any device (train's device
-    batches): the image modality's function, the same float32 ops element by element, with
+    batches): the float32 ops every modality shares (tensors.py), element by element, with
     mean and std cut to the batch's channels as normalize cuts them."""
-    from stages.lib.modality.imagecore import normalize_tensor as image_normalize
+    from stages.lib.modality.tensors import normalize_tensor as shared_normalize
 
     c = batch.shape[-1]
-    return image_normalize(batch, np.atleast_1d(np.asarray(mean, dtype=np.float32))[:c].tolist(),
+    return shared_normalize(batch, np.atleast_1d(np.asarray(mean, dtype=np.float32))[:c].tolist(),
                            np.atleast_1d(np.asarray(std, dtype=np.float32))[:c].tolist())
 
 

@@ -1,8 +1,8 @@
 """The audio modality's part of the data gate: validate's per-file checks of what ingest found
 in each sound file (a full decode, frames, NaN/inf samples, channels, duration, silence,
-clipping), each named per file as the image checks are.
+clipping), each named per file.
 
-As imagegate.py: the columns of validate's table (`check_columns`), the great_expectations
+As every modality's gate: the columns of validate's table (`check_columns`), the great_expectations
 expectations over them (`expectations`), each check's message (`reason`) and kind
 (`CHECKS`). The thresholds are validate's audio keys (stages/lib/params.py: min_seconds,
 max_seconds, silence_db, max_clipped; read with their defaults, so a validate section
@@ -22,7 +22,9 @@ GATE_DEFAULTS = {"min_seconds": 0.1, "max_seconds": 30.0, "silence_db": -60.0,
 CHECKS = {
     "undecodable": (BLOCKING, "a full decode fails (truncated, random bytes, text, a format "
                               "libsndfile does not read)"),
-    "too_large": (BLOCKING, "more frames than validate.max_pixels (never decoded)"),
+    # (no longer written: ingest refuses a clip over validate.max_seconds as duration; kept,
+    # so that metrics/validation_checks.json keeps its keys)
+    "too_large": (BLOCKING, "over the decode bound (never decoded)"),
     "zero_frames": (BLOCKING, "no samples at all"),
     "nonfinite": (BLOCKING, "NaN or infinite samples (float files)"),
     "channels": (BLOCKING, f"more than {MAX_CHANNELS} channels"),
@@ -58,8 +60,10 @@ def check_columns(rows, ok, p) -> dict:
         "frames": each(lambda r: _num(r["frames"], int)),
         "nonfinite": each(lambda r: _num(r["nonfinite"], int)),
         "channels": each(lambda r: _num(r["channels"], int)),
-        # only clips with samples: zero frames is its own check
-        "duration": [_num(r["duration"]) if g and _num(r["frames"], int) else None
+        # only clips with samples: zero frames is its own check; a clip ingest did not decode
+        # for its length (error_kind duration) is checked from its header's duration
+        "duration": [_num(r["duration"]) if (g or r["error_kind"] == "duration")
+                     and _num(r["frames"], int) else None
                      for r, g in zip(rows, ok, strict=True)],
         "rms_db": [max(rms_db(r), -1000.0) if g and _num(r["frames"], int) else None
                    for r, g in zip(rows, ok, strict=True)],
@@ -110,7 +114,7 @@ def reason(check: str, row: dict, p) -> str | None:
 # ---- the sample-rate check: a task's (its rate is prepare's, which Task.configure reads)
 
 RATE_CHECK = {"sample_rate": (WARNING, "a sample rate other than prepare's feature rate "
-                                       "(prepare.image_size.sample_rate): resampled")}
+                                       "(prepare.audio.sample_rate): resampled")}
 
 
 def rate_columns(rows, ok, rate: int) -> tuple:

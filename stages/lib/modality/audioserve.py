@@ -6,9 +6,9 @@ Limits, checked from the file's size and header before any sample is decoded (an
 checks validate blocks a clip for: zero frames and more than MAX_CHANNELS channels from the
 header, NaN or infinite samples after the decode):
 - MAX_READ_BYTES (64 MiB) per file (serve's --max-bytes bounds a whole request before this);
-- MAX_SECONDS (30 s) of audio, and the frames limit the caller passes (predict's and serve's
-  --max-pixels: the modality's decode bound, as ingest's validate.max_pixels): a longer clip
-  is refused as "too_long" (errors.KINDS: serve's status when no file of a request is usable);
+- MAX_SECONDS (30 s) of audio, and the limit in seconds the caller passes (predict's and
+  serve's --max-seconds, as ingest's validate.max_seconds): a longer clip is refused as
+  "too_long" (errors.KINDS: serve's status when no file of a request is usable);
 - a sample rate within MIN_RATE..MAX_RATE (4 kHz to 192 kHz), and the resampler's memory is
   counted in the decode cost serve's --max-decode-mb bounds.
 The features are audiocore.py's own (`features`), so predict and serve see what prepare
@@ -49,7 +49,7 @@ def _size_of(src) -> int:
     return n
 
 
-def _header(src, max_frames: int):
+def _header(src, max_seconds: float):
     """(frames, sample rate, channels) from the header; BadInput when it is no sound file, or
     over the limits."""
     import soundfile as sf
@@ -80,23 +80,24 @@ def _header(src, max_frames: int):
     if seconds > MAX_SECONDS:
         raise BadInput("too_long", f"clip of {seconds:.1f} s is over the limit of "
                                    f"{MAX_SECONDS:g} s of audio per file (MAX_SECONDS)")
-    if max_frames and frames > max_frames:
-        raise BadInput("too_long", f"clip of {frames} frames is over --max-pixels "
-                                   f"({max_frames}), the most frames decoded")
+    if max_seconds and seconds > max_seconds:
+        raise BadInput("too_long", f"clip of {seconds:.1f} s is over --max-seconds "
+                                   f"({max_seconds:g} s), the longest clip decoded")
     return frames, rate, ch
 
 
-def read(src, image_size, channels: int = 1, max_pixels: int = 0, letterbox=False):
-    """uint8 n_mels x frames x 1 from a path or a binary file object, as prepare stores it;
-    raise BadInput naming what is wrong (not a sound file, truncated, over the limits, or
-    one of validate's blocking per-file checks: zero frames, NaN or infinite samples, more
-    than MAX_CHANNELS channels; the audio gate's own messages)."""
-    from stages.lib.modality.audiocore import mono, read_samples, spec_of, wave_features
+def read(src, spec, limit: float = 0):
+    """uint8 n_mels x frames x 1 from a path or a binary file object, as prepare stores it
+    (spec: the model's AudioSpec; limit: the longest clip, in seconds, 0 = MAX_SECONDS only);
+    raise BadInput naming what is wrong (not a sound file, truncated, over the limits, or one
+    of validate's blocking per-file checks: zero frames, NaN or infinite samples, more than
+    MAX_CHANNELS channels; the audio gate's own messages)."""
+    from stages.lib.modality.audiocore import mono, read_samples, wave_features
 
     if isinstance(src, (str, os.PathLike)):
         with open_regular(src) as f:
-            return read(f, image_size, channels, max_pixels, letterbox)
-    _header(src, max_pixels)
+            return read(f, spec, limit)
+    _header(src, limit)
     try:
         data, rate, info = read_samples(src)
     except Exception as exc:  # libsndfile's errors, a truncated body
@@ -105,7 +106,7 @@ def read(src, image_size, channels: int = 1, max_pixels: int = 0, letterbox=Fals
     nonfinite = int(data.size - np.count_nonzero(np.isfinite(data)))
     if nonfinite:
         raise BadInput("corrupt", gate_reason("nonfinite", {"nonfinite": nonfinite}))
-    x = wave_features(mono(data), rate, spec_of(image_size))
+    x = wave_features(mono(data), rate, spec.settings)
     return sized(x, (info[4], rate))
 
 
@@ -117,20 +118,16 @@ def gate_reason(check: str, row: dict) -> str:
     return f"{check}: {reason(check, row, None)} (validate blocks it too)"
 
 
-def read_header(src, channels: int, max_pixels: int, budget: int = 0, image_size=None):
+def read_header(src, spec, limit: float = 0, budget: int = 0):
     """(decode bytes, None) of a clip from its header: float64 samples of every channel,
     twice (the mono mix and the resample), and the resampler's own memory (its filter table
-    and working blocks: audiocore.resample_bytes); BadInput over the limits or the budget."""
-    from stages.lib.modality.audiocore import resample_bytes, spec_of
+    and working blocks: audiocore.resample_bytes); BadInput over the limits or the budget.
+    (None: a clip has no reduced decode.)"""
+    from stages.lib.modality.audiocore import resample_bytes
 
-    frames, rate, ch = _header(src, max_pixels)
-    cost = frames * (ch + 2) * 8 + 2**20 + resample_bytes(rate, spec_of(image_size)["sample_rate"])
+    frames, rate, ch = _header(src, limit)
+    cost = frames * (ch + 2) * 8 + 2**20 + resample_bytes(rate, spec.sample_rate)
     if budget and cost > budget:
         raise BadInput("too_large", f"clip needs about {cost / 2**20:.0f} MiB to decode, over "
                                     f"the decode budget of {budget / 2**20:.0f} MiB")
     return cost, None
-
-
-def read_drafted(src, image_size, channels: int, draft, letterbox=False):
-    """read's decode (audio has no reduced decode: draft is always None)."""
-    return read(src, image_size, channels, 0, letterbox)

@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps
 
+from stages.lib.modality.tensors import normalize_tensor  # noqa: F401 (INTERFACE)
 from stages.lib.modality.errors import decode_error
 
 ORIENTATION = 0x0112  # the EXIF tag
@@ -364,23 +365,6 @@ def normalize(batch: np.ndarray, mean, std) -> np.ndarray:
     # contiguous, so it was not copied): torch takes an N x 1 x H x W tensor with a channel
     # stride of 1 for channels-last, and its convolutions then give other bits
     return x.reshape(n, h, w, 1).transpose(0, 3, 1, 2) if c == 1 else x
-
-
-def normalize_tensor(batch, mean, std):
-    """normalize on a torch uint8 N x H x W x C batch on any device (train's device batches):
-    the same three float32 ops element by element (so the same values), and for one channel
-    the same strides (N x 1 x H x W over an N x H x W x 1 layout) as normalize gives."""
-    import torch
-
-    n, h, w, c = batch.shape
-    dev = batch.device
-    mean = torch.tensor(mean, dtype=torch.float32).to(dev)
-    std = torch.tensor(std, dtype=torch.float32).to(dev)
-    if c == 1:
-        x = batch.float().div_(255.0).sub_(mean).div_(std)
-        return x.permute(0, 3, 1, 2)
-    x = batch.permute(0, 3, 1, 2).float().contiguous()
-    return x.div_(255.0).sub_(mean.reshape(1, -1, 1, 1)).div_(std.reshape(1, -1, 1, 1))
 
 
 def thumbnail(ax, sample) -> None:

@@ -15,7 +15,7 @@ never silent).
 from pathlib import Path
 
 from stages.lib.modality.imagecore import grey_header, open_header, upright_size
-from stages.lib.params import AUTO
+from stages.lib.modality.spec import AUTO
 
 AUTO_SIZE_CAP = 128  # image_size auto never exceeds this (set image_size to go larger)
 AUTO_SIZE_MIN = 16  # nor goes below this: smaller images are scaled up (two 2x poolings)

@@ -22,6 +22,7 @@ never load OpenVINO, TensorRT or torch.
 import json
 from pathlib import Path
 
+from stages.lib.modality.spec import recipe_keys
 from stages.lib.params import EXPORT_FORMATS as FORMATS  # noqa: F401 (parsed there)
 
 # Each format's DVC out besides model.onnx: a folder, holding only NOTE when the format is not
@@ -35,7 +36,6 @@ NAMES = {"onnx": "ONNX (onnxruntime)", "openvino": "OpenVINO", "onnx_int8": "ONN
          "tensorrt": "TensorRT"}
 NO_CUDA = "skipped: no CUDA device"
 CALIBRATION_STREAM = 1  # the calibration sample's rng: default_rng([train.seed, this])
-PREPROCESSING_KEYS = ("image_size", "channels", "mean", "std")
 TRACED_OPSET = 17  # a model exported by tracing (export_batch below): RoIAlign needs >= 16
 
 
@@ -65,12 +65,6 @@ def import_openvino():
 
 
 # ---- export: the PyTorch model -> ONNX or TorchScript bytes
-
-
-def letterbox_key(meta) -> tuple:
-    """("letterbox",) when the model records prepare.letterbox (detection always; any task
-    where it is on): {"fill": 114, "align": "center"} or false. Absent: a squash resize."""
-    return ("letterbox",) if "letterbox" in meta else ()
 
 
 def export_batch(model) -> int:
@@ -114,7 +108,7 @@ def onnx_bytes(model, meta, task, extra_metadata: dict | None = None) -> bytes:
                               verbose=False, dynamic_shapes=(axes,))
         proto = onnx.load(str(path))
     strip_source_paths(proto)  # no absolute paths: the same bytes from any folder or venv
-    keys = (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))
+    keys = (*task.meta_keys, *recipe_keys(meta))  # the input spec as the model stores it
     metadata = {**{k: meta[k] for k in keys}, "task": task.name, **(extra_metadata or {})}
     for key in sorted(metadata):
         proto.metadata_props.add(key=key, value=json.dumps(metadata[key]))
@@ -137,7 +131,7 @@ def torchscript_bytes(model, meta, task) -> bytes:
     example = torch.zeros(2, *task.modality.input_spec(meta))
     buf = io.BytesIO()
     extra = {k: json.dumps(meta[k])
-             for k in (*task.meta_keys, *PREPROCESSING_KEYS, *letterbox_key(meta))}
+             for k in (*task.meta_keys, *recipe_keys(meta))}
     # Deterministic per process (the stage exports once); TorchScript's deprecation is silenced.
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")

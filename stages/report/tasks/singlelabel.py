@@ -61,11 +61,12 @@ def evaluation(facts: Facts) -> str:
     more = (f"<p class=\"muted\">... and {len(bad_rows) - BAD_CASE_ROWS} more in "
             f"{esc((EVAL_DIR / 'bad_cases.csv').as_posix())}.</p>"
             if len(bad_rows) > BAD_CASE_ROWS else "")
-    sheet = (f'<img class="sheet" alt="misclassified test images" '
+    sheet = (f'<img class="sheet" alt="misclassified test {facts.word("items")}" '
              f'src="{png_uri(bad_png)}">' if bad_png is not None
              else f'<p class="muted">{esc(BAD_CASES_PNG.as_posix())} not found.</p>')
     return f"""
-<p class="lead">On the fixed test split: {len(confusion_rows):,} images, {wrong} misclassified.</p>
+<p class="lead">On the fixed test split: {len(confusion_rows):,} {facts.word("items")}, {wrong}
+misclassified.</p>
 <div class="cards">{cards}</div>{comparison(facts.eval)}
 <div class="grid2">
 <div><h3>Per class</h3>

@@ -6,10 +6,9 @@ from stages.lib.modality.audiogate import RATE_CHECK
 from stages.tasks.audio import annotations
 from stages.tasks.common.singlelabel import SingleLabel
 
-AUDIO_KEYS = ("validate.min_seconds", "validate.max_seconds", "validate.silence_db",
-              "validate.max_clipped", "train.aug_time_mask", "train.aug_freq_mask",
-              "train.aug_masks", "train.aug_freq_shift")
-FIT_FRAMES = (26, 301)  # init's frames for one's own data: 0.25 s to 3 s at 10 ms a frame
+AUDIO_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds",
+              "validate.silence_db", "validate.max_clipped", "train.aug_time_mask",
+              "train.aug_freq_mask", "train.aug_masks", "train.aug_freq_shift")
 
 
 class Audio(SingleLabel):
@@ -19,7 +18,6 @@ class Audio(SingleLabel):
     items = "clips"  # evaluate's words and its spectrogram sheet
     accuracy_word = "top-1"
     sheet_cell = (2.8, 1.9)
-    letterbox = None  # a clip is never letterboxed
     layouts = ("a folder per class <source>/<class>/<clip>.wav (Speech Commands, with its "
                "validation_list.txt and testing_list.txt), or <source>/labels.tsv with "
                "path<TAB>label lines; WAV, FLAC or OGG")
@@ -38,10 +36,10 @@ class Audio(SingleLabel):
         # (docs/speech.md); a re-encoded or louder copy is still caught when it is set
         "validate.near_dup_distance": -1,
     }
-    sample_params = {"sample.per_class": 0, **recipe, "prepare.image_size": {
+    sample_params = {"sample.per_class": 0, **recipe, "prepare.audio": {
         "sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40, "frames": 101}}
     revisit = (
-        ("prepare.image_size", "the log-mel front end: frames sets the clip length every "
+        ("prepare.audio", "the log-mel front end: frames sets the clip length every "
                                "clip is padded or cropped to (frames - 1) x hop samples"),
         ("train.epochs", "16 suits the 1,600 sample clips (80 voices); fewer clips need more "
                          "epochs"),
@@ -51,38 +49,22 @@ class Audio(SingleLabel):
     )
     models = ("audio_cnn",)
     task_keys = (*SingleLabel.task_keys, *AUDIO_KEYS)
-    channels = (1, "auto")
-
-    def param_problems(self, params, others):
-        from stages.lib.modality.audiocore import spec_problems
-
-        return (super().param_problems(params, others)
-                + spec_problems(params["prepare"], self.name, 101))
 
     def check_settings(self, params):
         """The rate every clip must have: prepare's feature rate (validate's sample_rate)."""
-        from stages.lib.modality.audiocore import spec_of
+        from stages.lib.modality.audiospec import AudioSpec
 
-        image_size = params["prepare"].image_size
-        return {"rate": spec_of(image_size if isinstance(image_size, dict) else {})
-                ["sample_rate"]}
+        return {"rate": AudioSpec.of(params["prepare"].audio).sample_rate}
 
-    def fit_prepare(self, images):
-        """The log-mel spec for one's own data: the feature defaults, frames covering 90% of
-        the train clips (from the headers: (split, frames, rate, grey)), mean/std auto."""
-        import math
+    def fit_prepare(self, clips):
+        """The log-mel spec for one's own data (audiospec.fit: the feature defaults, frames
+        covering 90% of the train clips, from the headers: (split, frames, rate, mono)),
+        mean/std auto."""
+        from stages.lib.modality.audiospec import PARAMS_KEY, fit
 
-        from stages.lib.modality.audiocore import SPEC_DEFAULTS
-        from stages.tasks.base import train_of
-
-        seconds = sorted(f / r for _, f, r, _ in train_of(images) if r)
-        p90 = seconds[int(0.9 * (len(seconds) - 1))] if seconds else 1.0
-        spec = dict(SPEC_DEFAULTS)
-        frames = 1 + math.ceil(p90 * spec["sample_rate"] / spec["hop"])
-        spec["frames"] = min(FIT_FRAMES[1], max(FIT_FRAMES[0], frames))
+        settings, why = fit(clips)
         return [
-            ("prepare.image_size", spec, f"log-mel at {spec['sample_rate']} Hz; frames cover "
-                                         f"90% of the train clips ({p90:.2f} s or shorter)"),
+            (PARAMS_KEY, settings, why),
             ("prepare.channels", 1, "a spectrogram: every clip mixed to mono"),
             ("prepare.mean", "auto", "the prepared train split's"),
             ("prepare.std", "auto", "the prepared train split's"),

@@ -9,7 +9,7 @@ from stages.tasks.speech import annotations, checks
 
 # validate's and train's audio keys the speech task reads (the audio modality's gate and
 # SpecAugment), and its own sample size
-TASK_KEYS = ("sample.clips", "validate.charset", "validate.min_seconds",
+TASK_KEYS = ("prepare.audio", "sample.clips", "validate.charset", "validate.min_seconds",
              "validate.max_seconds", "validate.silence_db", "validate.max_clipped",
              "train.aug_time_mask", "train.aug_freq_mask", "train.aug_masks",
              "train.aug_freq_shift")
@@ -23,8 +23,6 @@ class Speech(CtcText):
     checks = {**checks.CHECKS, **RATE_CHECK}
     item = "clip"
     secondary_metrics = ("wer", "clip_accuracy")
-    letterbox = None
-    channels = (1, "auto")
     recipe = {
         "train.model": "cnn_bigru", "train.epochs": 20, "train.batch_size": 32,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.grad_clip": 5.0,
@@ -43,7 +41,7 @@ class Speech(CtcText):
     revisit = (
         ("validate.charset", "\"\" accepts any character: list yours, so a stray one stops "
                              "the gate"),
-        ("prepare.image_size", "frames sets the length every clip is padded to: the longest "
+        ("prepare.audio", "frames sets the length every clip is padded to: the longest "
                                "clip sets it (validate.max_seconds refuses longer ones)"),
         ("train.epochs", "20 suits the 2,000 sample clips; fewer clips need more epochs"),
     )
@@ -56,23 +54,15 @@ class Speech(CtcText):
 
         return {"sample.clips": CLIPS, "split.by": "given", **self.recipe,
                 "validate.max_seconds": MAX_SECONDS, "validate.charset": CHARSET,
-                "prepare.image_size": {**SPEC, "frames": FRAMES}}
-
-    def param_problems(self, params, others):
-        from stages.lib.modality.audiocore import spec_problems
-
-        return (super().param_problems(params, others)
-                + spec_problems(params["prepare"], self.name, 321))
+                "prepare.audio": {**SPEC, "frames": FRAMES}}
 
     def check_settings(self, params):
-        """The CTC length rule's geometry from prepare.image_size: (sample rate, hop, seconds
-        the frames hold)."""
-        from stages.lib.modality.audiocore import spec_of
+        """The CTC length rule's geometry from prepare.audio: (sample rate, hop, seconds the
+        frames hold)."""
+        from stages.lib.modality.audiospec import AudioSpec
 
-        size = params["prepare"].image_size
-        spec = spec_of(size if isinstance(size, dict) else {})
-        return {"geometry": (spec["sample_rate"], spec["hop"],
-                             (spec["frames"] - 1) * spec["hop"] / spec["sample_rate"])}
+        spec = AudioSpec.of(params["prepare"].audio)
+        return {"geometry": (spec.sample_rate, spec.hop, spec.seconds)}
 
     def layout(self, found):
         return {"list": f"{annotations.LIST} list (path<TAB>transcript)",
@@ -84,7 +74,7 @@ class Speech(CtcText):
         speakers = {r.get("group") for r in rows if r.get("group")}
         return f"{super().data_summary(rows)}, {len(speakers)} speakers"
 
-    def fit_prepare(self, images):
+    def fit_prepare(self, clips):
         """The log-mel spec for one's own data: frames holding the longest train clip (from
         the headers: (split, frames, rate, grey)), capped at MAX_FIT_SECONDS; CTC must see the
         whole clip, so validate.max_seconds refuses longer ones instead of cropping them."""
@@ -92,10 +82,10 @@ class Speech(CtcText):
 
         from stages.tasks.base import train_of
 
-        seconds = max((f / r for _, f, r, _ in train_of(images) if r), default=1.0)
+        seconds = max((f / r for _, f, r, _ in train_of(clips) if r), default=1.0)
         seconds = min(MAX_FIT_SECONDS, math.ceil(seconds * 10) / 10)
         spec = {**SPEC, "frames": 1 + round(seconds * SPEC["sample_rate"] / SPEC["hop"])}
-        return [("prepare.image_size", spec,
+        return [("prepare.audio", spec,
                  f"log-mel at {spec['sample_rate']} Hz; frames hold the longest train clip "
                  f"({seconds:g} s, at most {MAX_FIT_SECONDS:g})"),
                 ("validate.max_seconds", seconds, "a longer clip would be cropped, its words "
@@ -135,18 +125,18 @@ class Speech(CtcText):
         return checks.reason(check, row, p, settings["geometry"])
 
     def build_model(self, name, meta):
-        from stages.lib.modality.audiocore import spec_of
+        from stages.lib.modality.audiospec import AudioSpec
         from stages.tasks.speech.model import build_model
 
-        return build_model(name, 1 + len(meta["charset"]), spec_of(meta["image_size"])["n_mels"])
+        return build_model(name, 1 + len(meta["charset"]), AudioSpec.from_meta(meta).n_mels)
 
     def lora_targets(self, model):
         return ["features.*", "proj.*"]  # the convolutions (the GRU is never adapted)
 
-    def evaluate(self, outputs, targets, paths, images, meta, p):
+    def evaluate(self, outputs, targets, paths, inputs, meta, p):
         from stages.tasks.speech.metrics import evaluate
 
-        return evaluate(outputs, paths, images, meta, p, self.modality.thumbnail)
+        return evaluate(outputs, paths, inputs, meta, p, self.modality.thumbnail)
 
 
 TASK = Speech()

@@ -63,7 +63,7 @@ def bad_cases_png(samples, titles, thumbnail) -> bytes:
     return png_bytes(fig)
 
 
-def evaluate(outputs, paths, images, meta, p, thumbnail=None):
+def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
     """(metrics, {file name: bytes} for plots/eval/, one summary line)."""
     truth_of = {r["path"]: r["text"] for r in read_csv(TEST_SPLIT)}
     facts = {r["path"]: r for r in read_csv(MANIFEST)} if MANIFEST.exists() else {}
@@ -92,7 +92,7 @@ def evaluate(outputs, paths, images, meta, p, thumbnail=None):
     worst = [i for i in order[:p.bad_cases] if line_cer[i] > 0]
     if worst and thumbnail is not None:
         files["bad_cases.png"] = bad_cases_png(
-            [images[i] for i in worst],
+            [inputs[i] for i in worst],
             [f"{paths[i]}  truth: {truths[i]!r}  predicted: {preds[i]!r}" for i in worst],
             thumbnail)
     metrics = {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
