@@ -203,3 +203,39 @@ def cer_by_length(truths, line_cer, key: str = "length", count: str = "lines") -
         by_length.setdefault(len(t), []).append(c)
     return [{key: n, "cer": f"{sum(cs) / len(cs):.6f}", count: len(cs)}
             for n, cs in sorted(by_length.items())]
+
+
+def auroc(scores, positive) -> float | None:
+    """The area under the ROC curve of `scores` separating the `positive` items (booleans)
+    from the others: the probability that a random positive scores above a random negative,
+    a tie counting half (the Mann-Whitney U over both counts, from average ranks). None when
+    either class is empty."""
+    s = np.asarray(scores, dtype=np.float64)
+    pos = np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if not n_pos or not n_neg:
+        return None
+    order = np.argsort(s, kind="stable")
+    ranks = np.empty(len(s), dtype=np.float64)
+    sorted_s = s[order]
+    start = 0
+    for end in range(1, len(s) + 1):  # runs of equal scores share their average rank
+        if end == len(s) or sorted_s[end] != sorted_s[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2.0
+            start = end
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def confidence_scores(confidence, right) -> dict:
+    """How well line confidences tell right lines from wrong ones: confidence_auroc (auroc of
+    line correctness; None when every line is right or every one wrong), and the mean
+    confidence of the right and of the wrong lines (None when there are none), to 6 digits."""
+    c = np.asarray(confidence, dtype=np.float64)
+    ok = np.asarray(right, dtype=bool)
+    area = auroc(c, ok)
+
+    def mean(v):
+        return round(float(v.mean()), 6) if len(v) else None
+
+    return {"confidence_auroc": None if area is None else round(area, 6),
+            "confidence_right": mean(c[ok]), "confidence_wrong": mean(c[~ok])}
