@@ -66,8 +66,8 @@ EXIT_SOME_FAILED = 3  # some inputs failed: their rows carry the error
               help="With --ray: batches (of --batch-size images) per shard, the unit a worker "
                    "decodes and an actor predicts.")
 def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, top_k,
-         max_pixels, overwrite, out_dir, retry_failed, score_threshold, beam, ray_address,
-         ray_shard):
+         max_pixels, overwrite, out_dir, retry_failed, score_threshold, beam, min_confidence,
+         ray_address, ray_shard):
     """Predict every image in SOURCE... with the exported model (whatever its task) and write
     one row per image to --out.
 
@@ -110,7 +110,7 @@ def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, 
     model = load(backend, model_path, registry, threads)  # a file, or NAME@v1.2.0 / NAME#prod
     if model.registry:  # --ray's workers load the checked copy in the cache
         model_path = model.registry["cached"]
-    apply_decode_options(model, score_threshold, beam)
+    apply_decode_options(model, score_threshold, beam, min_confidence)
     fields = output_fields(model)
     done, failed_before, retry = resume(out, fmt, fields, model, overwrite, retry_failed,
                                         sources)

@@ -79,7 +79,7 @@ def return_freed_memory() -> None:
 def main(model_path, registry, backend, host, expose, port, max_bytes, max_pixels, metrics_path,
          top_k, max_batch, max_wait_ms, max_decode_mb, max_queued_decode_mb, predict_timeout,
          header_timeout, body_timeout, keep_alive_timeout, limit_concurrency, threads,
-         log_level, score_threshold, beam):
+         log_level, score_threshold, beam, min_confidence):
     """Serve the model (or several) over HTTP until Ctrl-C.
 
     Endpoints: POST /predict (multipart field `files`, one or more images) returns per image
@@ -115,7 +115,8 @@ def main(model_path, registry, backend, host, expose, port, max_bytes, max_pixel
     loaders = {}
     models = {}
     for text in model_path or (None,):
-        loader = Loader(text, registry, backend, threads, score_threshold, beam)
+        loader = Loader(text, registry, backend, threads, score_threshold, beam,
+                        min_confidence)
         path, facts = loader.fetch()  # a registered model: resolved, fetched, checked
         # Loaded in the niced inference thread: the backend's threads inherit its priority.
         model = inference_executor().submit(loader.load, path, facts).result()

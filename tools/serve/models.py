@@ -32,6 +32,7 @@ class Loader:
     threads: int
     score_threshold: float | None = None
     beam: int | None = None
+    min_confidence: float | None = None
 
     @property
     def registered(self) -> bool:
@@ -53,7 +54,7 @@ class Loader:
 
         model = load(self.backend, path, self.threads)
         model.registry = facts
-        apply_decode_options(model, self.score_threshold, self.beam)
+        apply_decode_options(model, self.score_threshold, self.beam, self.min_confidence)
         return model
 
 

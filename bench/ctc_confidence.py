@@ -1,0 +1,81 @@
+"""Which line confidence ranks right CTC lines above wrong ones: the AUROC of line correctness
+and the mean confidence of right and wrong lines, for each candidate confidence, on a trained
+project's test split (models/model.pt, data/processed, data/split/test.csv).
+
+    python -m bench.ctc_confidence [--project DIR]
+
+Run in (or with --project) a project where `dvc repro evaluate` ran with task speech or ocr.
+The candidates, from each line's greedy best path (probabilities p[t, c], the best class b_t
+per frame): `mean_nonblank`, the mean of p[t, b_t] over the frames whose best class is not
+blank (the confidence before issue 55); `min_frame`, the minimum of p[t, b_t] over every frame
+(what predict and serve answer now); `min_char`, over each emitted character's run of frames
+the largest p[t, b_t], then the minimum of those; `path`, the product of p[t, b_t] (the best
+path's probability); `geo_mean`, its geometric mean per frame; `beam8`, P(text | line) summed
+by a prefix beam search of width 8 (the beam's text scored for its correctness).
+"""
+import os
+from pathlib import Path
+
+import click
+import numpy as np
+
+
+def candidates(logits: np.ndarray, charset) -> dict:
+    """{name: [confidence per line]} and the greedy texts under "text"."""
+    from stages.tasks.common.ctc import BLANK, beam, softmax
+
+    probs = softmax(logits)
+    out = {k: [] for k in ("mean_nonblank", "min_frame", "min_char", "path", "geo_mean")}
+    texts = []
+    for p in probs:
+        best, top = p.argmax(-1), p.max(-1)
+        steps = best != BLANK
+        texts.append("".join(charset[c - 1] for i, c in enumerate(best.tolist())
+                             if c != BLANK and (i == 0 or best[i - 1] != c)))
+        out["mean_nonblank"].append(float(top[steps].mean() if steps.any() else top.mean()))
+        out["min_frame"].append(float(top.min()))
+        runs, cur = [], None
+        for i, c in enumerate(best.tolist()):
+            if c != BLANK and (i == 0 or best[i - 1] != c):
+                runs.append(top[i])
+            elif c != BLANK:
+                runs[-1] = max(runs[-1], top[i])
+        out["min_char"].append(float(min(runs)) if runs else float(top.min()))
+        out["path"].append(float(np.exp(np.log(top).sum())))
+        out["geo_mean"].append(float(np.exp(np.log(top).mean())))
+    beamed = beam(logits, charset, 8)
+    return {**out, "text": texts, "beam8": [c for _, c in beamed],
+            "beam_text": [t for t, _ in beamed]}
+
+
+@click.command()
+@click.option("--project", type=click.Path(exists=True, file_okay=False), default=".")
+def main(project):
+    os.chdir(project)
+    from stages.lib.data.shards import load_test
+    from stages.lib.io import read_csv
+    from stages.lib.model.models import predict_outputs
+    from stages.tasks import load_model
+    from stages.tasks.common.ctc import confidence_scores
+
+    model, meta = load_model(Path("models/model.pt"))
+    x, _, paths = load_test()
+    truth = {r["path"]: r["text"] for r in read_csv(Path("data/split/test.csv"))}
+    truths = [truth[s] for s in paths]
+    outputs = predict_outputs(model, x, 64)
+    found = candidates(outputs, meta["charset"])
+    right = [t == q for t, q in zip(truths, found["text"], strict=True)]
+    beam_right = [t == q for t, q in zip(truths, found["beam_text"], strict=True)]
+    print(f"{len(right)} lines, {sum(right)} right (greedy), {sum(beam_right)} right (beam 8)")
+    print("| confidence | AUROC of line correctness | mean, right lines | mean, wrong lines |")
+    print("|---|---|---|---|")
+    for name, values in found.items():
+        if name.endswith("text"):
+            continue
+        s = confidence_scores(values, beam_right if name == "beam8" else right)
+        print(f"| `{name}` | {s['confidence_auroc']} | {s['confidence_right']} | "
+              f"{s['confidence_wrong']} |")
+
+
+if __name__ == "__main__":
+    main()
