@@ -268,6 +268,10 @@ def test_off_by_default_and_augmenting_sees_each_key():
         assert augmenting(Train(**{key: 0.1})), key
     q = clip_levels()
     assert torch.equal(audioaug.augment(normalised(q), Train(), 5), normalised(q))
+    # SpecAugment's keys switch the training's augmentation on too (the speech and audio
+    # recipes set them: without this they were never applied)
+    for key in ("aug_time_mask", "aug_freq_mask", "aug_freq_shift"):
+        assert augmenting(Train(**{key: 2})), key
 
 
 @pytest.mark.parametrize("key, value, words", [
