@@ -2,9 +2,11 @@
 and the mean confidence of right and wrong lines, for each candidate confidence, on a trained
 project's test split (models/model.pt, data/processed, data/split/test.csv).
 
-    python -m bench.ctc_confidence [--project DIR]
+    python -m bench.ctc_confidence [--project DIR] [--clips LIST]
 
-Run in (or with --project) a project where `dvc repro evaluate` ran with task speech or ocr.
+Run in (or with --project) a project where `dvc repro evaluate` ran with task speech or ocr;
+--clips: a speech model scored on other clips (a path<TAB>transcript list), e.g. another
+synthesizer's.
 The candidates, from each line's greedy best path (probabilities p[t, c], the best class b_t
 per frame): `mean_nonblank`, the mean of p[t, b_t] over the frames whose best class is not
 blank (the confidence before issue 55); `min_frame`, the minimum of p[t, b_t] over every frame
@@ -48,9 +50,23 @@ def candidates(logits: np.ndarray, charset) -> dict:
             "beam_text": [t for t, _ in beamed]}
 
 
+def clip_inputs(listing: Path, meta: dict):
+    """(normalised inputs, transcripts) of a path<TAB>transcript list of sound files (paths
+    relative to the list), featurised as predict does (speech models)."""
+    from stages.lib.modality.audiocore import features, normalize, spec_of
+
+    spec = spec_of(meta["image_size"])
+    rows = [line.split("\t") for line in listing.read_text().splitlines() if line.strip()]
+    stored = np.stack([features(listing.parent / path, spec)[0] for path, _ in rows])
+    return normalize(stored, meta["mean"], meta["std"]), [text.strip() for _, text in rows]
+
+
 @click.command()
 @click.option("--project", type=click.Path(exists=True, file_okay=False), default=".")
-def main(project):
+@click.option("--clips", "listing", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Score these clips (path<TAB>transcript per line) instead of the test split.")
+def main(project, listing):
+    listing = Path(listing).resolve() if listing else None
     os.chdir(project)
     from stages.lib.data.shards import load_test
     from stages.lib.io import read_csv
@@ -59,9 +75,12 @@ def main(project):
     from stages.tasks.common.ctc import confidence_scores
 
     model, meta = load_model(Path("models/model.pt"))
-    x, _, paths = load_test()
-    truth = {r["path"]: r["text"] for r in read_csv(Path("data/split/test.csv"))}
-    truths = [truth[s] for s in paths]
+    if listing is None:
+        x, _, paths = load_test()
+        truth = {r["path"]: r["text"] for r in read_csv(Path("data/split/test.csv"))}
+        truths = [truth[s] for s in paths]
+    else:
+        x, truths = clip_inputs(listing, meta)
     outputs = predict_outputs(model, x, 64)
     found = candidates(outputs, meta["charset"])
     right = [t == q for t, q in zip(truths, found["text"], strict=True)]

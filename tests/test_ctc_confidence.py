@@ -89,3 +89,23 @@ def test_min_confidence_is_refused_for_a_task_without_line_confidence():
     ocr = types.SimpleNamespace(task=get("ocr"), meta={})
     apply_decode_options(ocr, min_confidence=0.5)
     assert ocr.meta == {"min_confidence": 0.5}
+
+
+def test_the_report_states_the_confidence_figures_when_evaluate_measured_them():
+    from types import SimpleNamespace
+
+    from stages.lib.io import csv_bytes, json_bytes
+    from stages.report.tasks.ocr import evaluation
+
+    files = {"per_class.json": json_bytes({"lower": 1.0}),
+             "cer_distribution.csv": csv_bytes([], ["bin", "lines"]),
+             "bad_cases.csv": csv_bytes([], ["path", "truth", "predicted", "cer", "confidence"]),
+             "confusions.csv": csv_bytes([], ["truth", "predicted", "count"])}
+    measured = {"cer": 0.05, "lines": 6, "confidence_auroc": 0.9375,
+                "confidence_right": 0.91, "confidence_wrong": 0.42}
+    html = evaluation(SimpleNamespace(eval=measured, eval_files=files))
+    assert ("ranks a right one above a wrong one with probability 0.938 (AUROC of "
+            "correctness); its mean is 0.910 on right lines, 0.420 on wrong ones") in html
+    assert 'data-key="eval.confidence_auroc" data-value="0.9375"' in html
+    every_right = {**measured, "confidence_auroc": None, "confidence_wrong": None}
+    assert "AUROC" not in evaluation(SimpleNamespace(eval=every_right, eval_files=files))
