@@ -36,7 +36,7 @@ def candidates(logits: np.ndarray, charset) -> dict:
                              if c != BLANK and (i == 0 or best[i - 1] != c)))
         out["mean_nonblank"].append(float(top[steps].mean() if steps.any() else top.mean()))
         out["min_frame"].append(float(top.min()))
-        runs, cur = [], None
+        runs = []
         for i, c in enumerate(best.tolist()):
             if c != BLANK and (i == 0 or best[i - 1] != c):
                 runs.append(top[i])

@@ -14,8 +14,8 @@ from stages.tasks.common.ctc import auroc, confidence_scores, greedy
 def pairwise_auroc(scores, positive):
     """The definition itself: over every (positive, negative) pair, 1 when the positive scores
     higher, 1/2 on a tie, 0 otherwise; the mean."""
-    pos = [s for s, p in zip(scores, positive) if p]
-    neg = [s for s, p in zip(scores, positive) if not p]
+    pos = [s for s, p in zip(scores, positive, strict=True) if p]
+    neg = [s for s, p in zip(scores, positive, strict=True) if not p]
     wins = sum(1.0 if a > b else 0.5 if a == b else 0.0 for a, b in itertools.product(pos, neg))
     return wins / (len(pos) * len(neg))
 

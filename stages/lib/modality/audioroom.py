@@ -33,9 +33,9 @@ power-spectrogram approximation of what it does to the waveform:
 
 The frequencies are those of the modality's default spec (16 kHz, hop 10 ms, the mel scale of
 audiocore.mel_matrix); a model trained at another sample rate gets the same effects placed as
-if its clips were at 16 kHz. Every draw comes from one generator seeded by the sample's seed,
-always the same count in the same order (DRAWS; its own generator, not SpecAugment's), so switching one effect on or off never moves
-another's numbers. numpy float64 throughout; the result is rounded back to the levels, so the
+if its clips were at 16 kHz. Every draw comes from one generator seeded by the sample's seed
+(plus DRAW_SALT: not SpecAugment's stream), always the same count in the same order (DRAWS), so
+switching one effect on or off never moves another's numbers. numpy float64 throughout; the result is rounded back to the levels, so the
 last bits of a CPU's exp or FFT do not reach the model.
 """
 import functools

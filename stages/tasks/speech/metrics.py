@@ -1,8 +1,9 @@
 """Speech evaluation on the fixed test split: CER (the headline) and WER with jiwer, by greedy
 decoding (what predict and serve answer by default) and by CTC prefix beam search of width BEAM
 (their --beam), clip accuracy, how well the greedy confidence tells right clips from wrong ones
-(confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), CER by clip duration and by transcript length, CER per speaker
-(the manifest's group), and the worst clips.
+(confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), CER by clip
+duration and by transcript length, CER per speaker (the manifest's group), and the worst
+clips.
 
 The truth is the transcript in data/split/test.csv (not the encoded target, which drops
 characters the training split never had: those count as errors here).
