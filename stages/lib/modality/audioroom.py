@@ -35,8 +35,9 @@ The frequencies are those of the modality's default spec (16 kHz, hop 10 ms, the
 audiocore.mel_matrix); a model trained at another sample rate gets the same effects placed as
 if its clips were at 16 kHz. Every draw comes from one generator seeded by the sample's seed
 (plus DRAW_SALT: not SpecAugment's stream), always the same count in the same order (DRAWS), so
-switching one effect on or off never moves another's numbers. numpy float64 throughout; the result is rounded back to the levels, so the
-last bits of a CPU's exp or FFT do not reach the model.
+switching one effect on or off never moves another's numbers. numpy float64 throughout; the
+result is rounded back to the levels, so the last bits of a CPU's exp or FFT do not reach the
+model.
 """
 import functools
 
