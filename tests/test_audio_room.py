@@ -291,3 +291,20 @@ def test_a_bad_range_names_its_key(key, value, words):
     with pytest.raises(StageError) as info:
         parse_all({"train": {key: value}}, "params.yaml")
     assert words in str(info.value)
+
+
+def test_training_batches_carry_the_effects_and_specaugment():
+    """EpochBatches (train's per-sample path) augments audio when only audio keys are on."""
+    from stages.lib.params import Train
+    from stages.lib.train.augment import EpochBatches
+    from stages.tasks.speech import TASK
+
+    x = torch.stack([normalised(clip_levels(0.5 + 0.1 * i)) for i in range(4)])
+    y = torch.zeros(4, 3, dtype=torch.int32)
+    order = torch.arange(4)
+    for p in (Train(aug_reverb=1.0), Train(aug_time_mask=12, aug_freq_mask=6)):
+        _, got, _ = EpochBatches(x, y, order, 4, p, 1, TASK)[0]
+        want = torch.stack([audioaug.augment(x[i], p, sample_seed(0, 1, i)) for i in range(4)])
+        assert torch.equal(got, want) and not torch.equal(got, x)
+    _, plain, _ = EpochBatches(x, y, order, 4, Train(), 1, TASK)[0]
+    assert torch.equal(plain, x)
