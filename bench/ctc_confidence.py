@@ -13,7 +13,8 @@ blank (the confidence before issue 55); `min_frame`, the minimum of p[t, b_t] ov
 (what predict and serve answer now); `min_char`, over each emitted character's run of frames
 the largest p[t, b_t], then the minimum of those; `path`, the product of p[t, b_t] (the best
 path's probability); `geo_mean`, its geometric mean per frame; `beam8`, P(text | line) summed
-by a prefix beam search of width 8 (the beam's text scored for its correctness).
+by a prefix beam search of width 8 (the beam's text scored for its correctness); `text_prob`,
+P(greedy text | line), the CTC forward sum over every path of the greedy text.
 """
 import os
 from pathlib import Path
@@ -21,15 +22,19 @@ from pathlib import Path
 import click
 import numpy as np
 
+FLOOR = 0.5  # a --min-confidence: the share of wrong and of right lines it flags
+
 
 def candidates(logits: np.ndarray, charset) -> dict:
     """{name: [confidence per line]} and the greedy texts under "text"."""
-    from stages.tasks.common.ctc import BLANK, beam, softmax
+    from stages.tasks.common.ctc import BLANK, beam, collapse, log_softmax, softmax, text_logprob
 
     probs = softmax(logits)
-    out = {k: [] for k in ("mean_nonblank", "min_frame", "min_char", "path", "geo_mean")}
+    out = {k: [] for k in ("mean_nonblank", "min_frame", "min_char", "path", "geo_mean",
+                           "text_prob")}
     texts = []
-    for p in probs:
+    for p, logp in zip(probs, log_softmax(logits), strict=True):
+        out["text_prob"].append(float(np.exp(text_logprob(logp, collapse(p.argmax(-1))))))
         best, top = p.argmax(-1), p.max(-1)
         steps = best != BLANK
         texts.append("".join(charset[c - 1] for i, c in enumerate(best.tolist())
@@ -86,14 +91,18 @@ def main(project, listing):
     right = [t == q for t, q in zip(truths, found["text"], strict=True)]
     beam_right = [t == q for t, q in zip(truths, found["beam_text"], strict=True)]
     print(f"{len(right)} lines, {sum(right)} right (greedy), {sum(beam_right)} right (beam 8)")
-    print("| confidence | AUROC of line correctness | mean, right lines | mean, wrong lines |")
-    print("|---|---|---|---|")
+    print(f"| confidence | AUROC of line correctness | mean, right lines | mean, wrong lines "
+          f"| wrong lines under {FLOOR} | right lines under {FLOOR} |")
+    print("|---|---|---|---|---|---|")
     for name, values in found.items():
         if name.endswith("text"):
             continue
-        s = confidence_scores(values, beam_right if name == "beam8" else right)
+        ok = np.array(beam_right if name == "beam8" else right)
+        s = confidence_scores(values, ok)
+        under = np.array(values) < FLOOR
         print(f"| `{name}` | {s['confidence_auroc']} | {s['confidence_right']} | "
-              f"{s['confidence_wrong']} |")
+              f"{s['confidence_wrong']} | {under[~ok].mean() if (~ok).any() else 0:.3f} | "
+              f"{under[ok].mean() if ok.any() else 0:.3f} |")
 
 
 if __name__ == "__main__":

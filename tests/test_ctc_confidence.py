@@ -1,7 +1,9 @@
 """The CTC line confidence predict and serve answer (stages/tasks/common/ctc.py
-line_confidence), the AUROC evaluate reports of it (auroc, confidence_scores) against a
-pairwise count written here, and the uncertain flag (--min-confidence)."""
+line_confidence: P(text | line) by the CTC forward sum, text_logprob), the AUROC evaluate
+reports of it (auroc, confidence_scores) against a pairwise count written here, and the
+uncertain flag (--min-confidence)."""
 import itertools
+import math
 import types
 
 import click
@@ -51,16 +53,38 @@ def frames(rows):
     return np.log(np.array([rows], dtype=np.float64)).astype(np.float32)
 
 
-def test_one_unsure_frame_makes_the_line_unsure_even_a_blank_one():
-    sure = frames([[0.01, 0.98, 0.01], [0.98, 0.01, 0.01], [0.01, 0.01, 0.98]])
-    # the same text, "ab", but between the letters the blank barely beats "a": maybe "aab"
-    deletion = frames([[0.01, 0.98, 0.01], [0.52, 0.47, 0.01], [0.01, 0.01, 0.98]])
-    (t1, c1), = greedy(sure, ["a", "b"])
-    (t2, c2), = greedy(deletion, ["a", "b"])
-    assert t1 == t2 == "ab"
-    assert c1 == pytest.approx(0.98, abs=1e-5) and c2 == pytest.approx(0.52, abs=1e-5)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_text_probability_is_torchs_ctc_likelihood(seed):
+    import torch
+    import torch.nn.functional as F
+
+    from stages.tasks.common.ctc import log_softmax, text_logprob
+
+    rng = np.random.default_rng(seed)
+    for frames_, labels in ((12, [1, 1, 2]), (20, [3, 1, 2, 2, 4]), (5, [2]), (7, [])):
+        logp = log_softmax(rng.normal(size=(frames_, 5)) * 2)
+        want = -F.ctc_loss(torch.from_numpy(logp)[:, None], torch.tensor([labels or [0]]),
+                           torch.tensor([frames_]), torch.tensor([len(labels)]),
+                           reduction="sum").item()
+        assert text_logprob(logp, labels) == pytest.approx(want, abs=1e-9)
+    # more labels (and repeats) than frames can carry: no path
+    assert text_logprob(log_softmax(rng.normal(size=(2, 5))), [1, 1]) == -math.inf
+
+
+def test_the_confidence_is_the_texts_probability_not_one_frames():
+    # "ab"; the middle frame hesitates between a blank and "a" again: both paths spell "ab"
+    same_text = frames([[0.01, 0.98, 0.01], [0.52, 0.47, 0.01], [0.01, 0.01, 0.98]])
+    # a, then a blank barely above "b", then a: "aa", but "aba" came close
+    other_text = frames([[0.01, 0.98, 0.01], [0.52, 0.01, 0.47], [0.01, 0.98, 0.01]])
+    (t1, c1), = greedy(same_text, ["a", "b"])
+    (t2, c2), = greedy(other_text, ["a", "b"])
+    # every path spelling "ab": a?b with ? blank, a or b (0.52 + 0.47 + 0.01), -ab and ab-
+    assert t1 == "ab" and c1 == pytest.approx(
+        0.98 * 1.0 * 0.98 + 0.01 * 0.47 * 0.98 + 0.98 * 0.01 * 0.01, abs=1e-6)
+    # "aa" needs the blank between the two a's: only the blank path spells it
+    assert t2 == "aa" and c2 == pytest.approx(0.98 * 0.52 * 0.98, abs=1e-5)
     # blank padding (OCR's width buckets: probability 1) changes nothing
-    padded = np.concatenate([deletion, frames([[1.0 - 2e-9, 1e-9, 1e-9]] * 4)], axis=1)
+    padded = np.concatenate([other_text, frames([[1.0 - 2e-9, 1e-9, 1e-9]] * 4)], axis=1)
     assert greedy(padded, ["a", "b"])[0] == (t2, c2)
 
 
@@ -74,7 +98,9 @@ def test_the_uncertain_flag_follows_min_confidence():
     assert [p["uncertain"] for p in plain] == [False, False]  # no threshold: never
     flagged = TASK.decode(logits, {**meta, "min_confidence": 0.7}, 1)
     assert [(p["text"], p["uncertain"]) for p in flagged] == [("a", False), ("a", True)]
-    assert TASK.decode(logits, {**meta, "min_confidence": 0.6}, 1)[1]["uncertain"] is False
+    # P("a") of the second line: a-, aa, -a = 0.6 * 0.98 + 0.6 * 0.01 + 0.01 * 0.01
+    assert flagged[1]["confidence"] == pytest.approx(0.5941, abs=1e-6)
+    assert TASK.decode(logits, {**meta, "min_confidence": 0.594}, 1)[1]["uncertain"] is False
     assert set(TASK.prediction_fields) == set(plain[0]) == set(TASK.empty_prediction())
 
 

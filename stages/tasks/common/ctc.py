@@ -37,25 +37,25 @@ def collapse(path) -> list[int]:
 
 def greedy(logits: np.ndarray, charset) -> list[tuple[str, float]]:
     """(text, confidence) per line: the best class per frame, repeats merged, blanks dropped.
-    confidence: line_confidence, the least probability of the best path's class over every
-    frame."""
-    probs = softmax(logits)
-    best, top = probs.argmax(-1), probs.max(-1)
+    confidence: line_confidence, the probability the model gives that text."""
     out = []
-    for path, p in zip(best, top, strict=True):
-        text = "".join(charset[i - 1] for i in collapse(path.tolist()))
-        out.append((text, round(line_confidence(p), 6)))
+    for line in log_softmax(logits):
+        codes = collapse(line.argmax(-1).tolist())
+        text = "".join(charset[i - 1] for i in codes)
+        out.append((text, round(line_confidence(line, codes), 6)))
     return out
 
 
-def line_confidence(top: np.ndarray) -> float:
-    """A line's confidence from its frames' best-class probabilities (the greedy path's): the
-    smallest of them. One frame the model is unsure of (a character it hesitates over, a blank
-    where a character may have been: a deletion) makes the line uncertain, however sure the
-    other frames are; frames of padding (probability 1, OCR's width buckets) change nothing.
-    The mean over the frames of emitted characters, the confidence before, hid both: on the
-    speech sample's test split its AUROC of line correctness was lower (docs/speech.md)."""
-    return float(top.min()) if len(top) else 1.0
+def line_confidence(logp: np.ndarray, codes) -> float:
+    """A line's confidence: P(text | line), the probability the model gives the greedy text
+    summed over every CTC path that spells it (text_logprob: exact, not the single best path's
+    probability). A frame where the model hesitates between a blank and the character it
+    repeats changes nothing (both paths spell the same text); one where another character, or
+    a blank between two equal characters, comes close takes its share away. Blank padding
+    (OCR's width buckets: probability 1) changes nothing. On the speech sample's held-out
+    voices its AUROC of clip correctness is 0.995, against 0.941 for the mean best-class
+    probability over the emitted frames that greedy answered before (docs/speech.md)."""
+    return float(math.exp(text_logprob(logp, codes))) if len(logp) else 1.0
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -116,6 +116,30 @@ def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]
     return prefix, _logaddexp(pb, pnb)
 
 
+def text_logprob(logp: np.ndarray, labels) -> float:
+    """log P(labels | line): the CTC forward sum over every path of one line's T x C
+    log-probabilities (class 0 the blank) that collapses to `labels`, in float64 (the exact
+    sum the prefix beam search bounds from below; -inf when no path of T frames can)."""
+    ext = [BLANK]
+    for c in labels:
+        ext += [int(c), BLANK]
+    n = len(ext)
+    ext = np.asarray(ext)
+    # a path may skip a blank between two different labels
+    skip = np.zeros(n, dtype=bool)
+    skip[2:] = (ext[2:] != BLANK) & (ext[2:] != ext[:-2])
+    alpha = np.full(n, NEG_INF)
+    alpha[0] = logp[0, BLANK]
+    if n > 1:
+        alpha[1] = logp[0, ext[1]]
+    one, two = np.full(n, NEG_INF), np.full(n, NEG_INF)  # from one and two states back
+    for frame in np.asarray(logp[1:], dtype=np.float64):
+        one[1:] = alpha[:-1]
+        two[2:] = np.where(skip[2:], alpha[:-2], NEG_INF)
+        alpha = np.logaddexp(np.logaddexp(alpha, one), two) + frame[ext]
+    return float(np.logaddexp(alpha[-1], alpha[-2]) if n > 1 else alpha[-1])
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64)
     z = z - z.max(axis=-1, keepdims=True)
@@ -128,8 +152,8 @@ def beam(logits: np.ndarray, charset, width: int) -> list[tuple[str, float]]:
     search is not best-path decoding: it sums paths, and can pick another text than greedy).
     confidence (width >= 2): P(text | line), the probability the model gives the whole text,
     summed over the CTC paths the beam kept (a lower bound of the exact sum), to 6 significant
-    digits. It is a line-level probability, not greedy's per-frame mean: a line the model is
-    sure of scores near 1 under both, an uncertain one lower under beam."""
+    digits. Greedy's confidence is the same probability of its own text, summed exactly over
+    all its paths (line_confidence)."""
     from stages.lib.params import MAX_BEAM
 
     if not 1 <= width <= MAX_BEAM:
