@@ -2,7 +2,7 @@
 and the mean confidence of right and wrong lines, for each candidate confidence, on a trained
 project's test split (models/model.pt, data/processed, data/split/test.csv).
 
-    python -m bench.ctc_confidence [--project DIR] [--clips LIST]
+    python -m bench.ctc_confidence [--project DIR] [--clips LIST | --festival DIR]
 
 Run in (or with --project) a project where `dvc repro evaluate` ran with task speech or ocr;
 --clips: a speech model scored on other clips (a path<TAB>transcript list), e.g. another
@@ -66,11 +66,44 @@ def clip_inputs(listing: Path, meta: dict):
     return normalize(stored, meta["mean"], meta["std"]), [text.strip() for _, text in rows]
 
 
+FESTIVAL_VOICES = ("kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts")
+DIGITS = "zero one two three four five six seven eight nine".split()
+
+
+def festival_clips(folder: Path, n: int = 150, seed: int = 55) -> Path:
+    """n clips of 2 to 5 spoken digits by Festival's three English voices (Debian's festival,
+    festvox-kallpc16k, festvox-kdlpc16k, festvox-us-slt-hts), in turn, at 16 kHz, the digits
+    from Python's random seeded by seed: folder/clips.tsv (path<TAB>transcript), written once."""
+    import random
+    import subprocess
+
+    listing = folder / "clips.tsv"
+    if listing.exists():
+        return listing
+    folder.mkdir(parents=True, exist_ok=True)
+    rng, rows = random.Random(seed), []
+    for i in range(n):
+        voice = FESTIVAL_VOICES[i % len(FESTIVAL_VOICES)]
+        text = " ".join(rng.choice(DIGITS) for _ in range(rng.randint(2, 5)))
+        name = f"f{i:03d}_{voice}.wav"
+        subprocess.run(["text2wave", "-eval", f"(voice_{voice})", "-F", "16000", "-o",
+                        str(folder / name)], input=text.encode(), check=True,
+                       capture_output=True)
+        rows.append(f"{name}\t{text}\n")
+    listing.write_text("".join(rows))
+    return listing
+
+
 @click.command()
 @click.option("--project", type=click.Path(exists=True, file_okay=False), default=".")
 @click.option("--clips", "listing", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Score these clips (path<TAB>transcript per line) instead of the test split.")
-def main(project, listing):
+@click.option("--festival", type=click.Path(file_okay=False), default=None,
+              help="Score 150 digit strings spoken by Festival's 3 English voices, synthesized "
+                   "into this folder first (festival_clips).")
+def main(project, listing, festival):
+    if festival:
+        listing = festival_clips(Path(festival).resolve())
     listing = Path(listing).resolve() if listing else None
     os.chdir(project)
     from stages.lib.data.shards import load_test
