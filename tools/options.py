@@ -113,8 +113,7 @@ def model_options(func=None, *, several: bool = False):
     """Add --model, --registry, --backend, --threads, --max-pixels, --top-k, --score-threshold,
     --beam and --min-confidence (parameters model_path, registry, backend, threads,
     max_pixels, top_k, score_threshold, beam, min_confidence) to a click command, in that
-    order. several: --model may be given
-    more than once (model_path is then a tuple)."""
+    order. several: --model may be given more than once (model_path is then a tuple)."""
     def add(func):
         options = list(_MODEL_OPTIONS)
         if several:
