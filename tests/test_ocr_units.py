@@ -68,8 +68,10 @@ def test_greedy_decoding_merges_repeats_and_drops_blanks():
         logits[0, t, c] = 5.0 if c else 3.0
     (text, confidence), = greedy(logits, charset)
     assert text == "aab中" and collapse(path) == [1, 1, 2, 3]
+    # P(text | line): the best path's probability is nearly all of it here
     p_letter = np.exp(5) / (np.exp(5) + 3 * np.exp(-5))
-    assert confidence == pytest.approx(p_letter, abs=1e-6)  # mean over the 6 non-blank frames
+    p_blank = np.exp(3) / (np.exp(3) + 3 * np.exp(-5))
+    assert confidence == pytest.approx(p_letter ** 6 * p_blank ** 3, rel=1e-3)
     empty = np.zeros((1, 4, 4), dtype=np.float32)
     empty[0, :, 0] = 4.0
     assert greedy(empty, charset)[0][0] == ""

@@ -18,9 +18,17 @@ pytestmark = pytest.mark.e2e
 
 def test_the_run_scores_text_and_keeps_voices_apart(speech_project):
     metrics = json.loads((speech_project / "metrics/eval.json").read_text())
-    assert {"cer", "wer", "cer_beam", "wer_beam", "clip_accuracy"} <= set(metrics)
+    assert {"cer", "wer", "cer_beam", "wer_beam", "clip_accuracy", "confidence_auroc",
+            "confidence_right", "confidence_wrong"} <= set(metrics)
     assert metrics["clips"] == len(read_csv(speech_project / "data/split/test.csv")) > 0
     predictions = read_csv(speech_project / "plots/eval/predictions.csv")
+    # the confidence figures are those of the clips' rows (confidence to 4 decimals there)
+    right = [float(r["confidence"]) for r in predictions if r["truth"] == r["predicted"]]
+    wrong = [float(r["confidence"]) for r in predictions if r["truth"] != r["predicted"]]
+    for key, values in (("confidence_right", right), ("confidence_wrong", wrong)):
+        assert (metrics[key] is None if not values
+                else metrics[key] == pytest.approx(np.mean(values), abs=1e-4)), key
+    assert (metrics["confidence_auroc"] is None) == (not right or not wrong)
     assert {r["truth"] for r in predictions} <= {r["text"] for r in read_csv(
         speech_project / "data/split/test.csv")}
     by_duration = read_csv(speech_project / "plots/eval/cer_by_duration.csv")
@@ -83,7 +91,18 @@ def test_predict_writes_a_row_for_every_file_and_exits_3(speech_project, tmp_pat
     for p in src:
         row = rows[p.name]
         assert row["error"] == "" and set(row["text"]) <= charset
-        assert 0 <= row["confidence"] <= 1
+        assert 0 <= row["confidence"] <= 1 and row["uncertain"] is False
+    assert rows["cut.wav"]["uncertain"] is None
+    # --min-confidence: a clip under it is answered as uncertain, its text kept
+    proc = run_tool("predict", "in", "--model", str(speech_project / "models/model.onnx"),
+                    "--out", "u.jsonl", "--min-confidence", "1", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    flagged = {r["path"].rsplit("/", 1)[-1]: r
+               for r in map(json.loads, (tmp_path / "u.jsonl").read_text().splitlines())}
+    for p in src:
+        assert flagged[p.name]["uncertain"] is (flagged[p.name]["confidence"] < 1), p.name
+        assert isinstance(flagged[p.name]["text"], str) and flagged[p.name]["error"] == ""
+    assert any(flagged[p.name]["uncertain"] for p in src)  # a 1-epoch model is never sure
 
 
 def test_serve_answers_a_clip_with_text_and_refuses_an_over_long_one_with_413(
@@ -93,13 +112,15 @@ def test_serve_answers_a_clip_with_text_and_refuses_an_over_long_one_with_413(
     src = sorted((speech_project / "data/sample/clips").glob("*.wav"))[0]
     long = tmp_path / "long.wav"
     sf.write(long, np.zeros(int(8000 * (MAX_SECONDS + 2)), np.int16), 8000)
-    with serving(speech_project / "models/model.onnx", tmp_path) as url:
+    with serving(speech_project / "models/model.onnx", tmp_path, "--min-confidence",
+                 "1") as url:
         ok = httpx.post(f"{url}/predict", files=[("files", (src.name, src.read_bytes()))],
                         timeout=30)
         assert ok.status_code == 200, ok.text
         [pred] = ok.json()["predictions"]
         assert pred["error"] == "" and isinstance(pred["text"], str)
         assert 0 <= pred["confidence"] <= 1
+        assert pred["uncertain"] is (pred["confidence"] < 1)  # --min-confidence 1
         over = httpx.post(f"{url}/predict", files=[("files", ("long.wav", long.read_bytes()))],
                           timeout=30)
         assert over.status_code == 413, over.text

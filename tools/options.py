@@ -119,15 +119,20 @@ _MODEL_OPTIONS = [
                       "image), summed over the paths the beam kept. Slower (5-10 ms a line "
                       f"at K=5). K is at most {MAX_BEAM}. Refused for a model whose task "
                       f"has no beam search."),
+    click.option("--min-confidence", type=click.FloatRange(0, 1), default=None, metavar="C",
+                 help="Models that decode a sequence (text recognition, speech): a line whose "
+                      "confidence is below C is answered with uncertain: true (its text is "
+                      "still given). Default: never uncertain. Refused for a model whose task "
+                      "has no line confidence."),
 ]
 
 
 def model_options(func=None, *, several: bool = False):
     """Add --model, --registry, --backend, --threads, --max-pixels, --max-seconds, --top-k,
-    --score-threshold
-    and --beam (parameters model_path, registry, backend, threads, max_pixels, top_k,
-    score_threshold, beam) to a click command, in that order. several: --model may be given
-    more than once (model_path is then a tuple)."""
+    --score-threshold, --beam and --min-confidence (parameters model_path, registry, backend,
+    threads, max_pixels, max_seconds, top_k, score_threshold, beam, min_confidence) to a click
+    command, in that order. several: --model may be given more than once (model_path is then a
+    tuple)."""
     def add(func):
         options = list(_MODEL_OPTIONS)
         if several:
@@ -139,7 +144,7 @@ def model_options(func=None, *, several: bool = False):
     return add(func) if func is not None else add
 
 
-def apply_decode_options(model, score_threshold=None, beam=None) -> None:
+def apply_decode_options(model, score_threshold=None, beam=None, min_confidence=None) -> None:
     """Hand the decoding options given on the command line to the model's task, through
     model.meta (what task.decode reads). An option the task does not declare in its
     decode_options is a usage error (--score-threshold keeps its older rule: always passed)."""
@@ -150,3 +155,8 @@ def apply_decode_options(model, score_threshold=None, beam=None) -> None:
             raise click.UsageError(f"--beam: the model's task ({model.task.name}) has no beam "
                                    f"search; leave --beam out.")
         model.meta["beam"] = beam
+    if min_confidence is not None:
+        if "min_confidence" not in model.task.decode_options:
+            raise click.UsageError(f"--min-confidence: the model's task ({model.task.name}) "
+                                   f"has no line confidence; leave --min-confidence out.")
+        model.meta["min_confidence"] = min_confidence

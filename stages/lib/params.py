@@ -271,6 +271,19 @@ class Train:
     aug_masks: int = knob(2, at_least=0, at_most=8, modality=AUDIO)
     # audio: every mel band moved up or down by up to this many bands (0 = off)
     aug_freq_shift: int = knob(0, at_least=0, at_most=8, modality=AUDIO)
+    # audio, the room and the microphone (stages/lib/modality/audioroom.py; 0 = off): speed
+    # and pitch (semitones) up or down by up to these, probabilities of a reverberant room,
+    # background noise (at an SNR in dB drawn from [snr_min, snr_max]; the speech first moved
+    # by up to aug_gain dB), a random band-pass, a telephone codec
+    aug_speed: float = knob(0.0, at_least=0.0, at_most=0.3, modality=AUDIO)
+    aug_pitch: float = knob(0.0, at_least=0.0, at_most=6.0, modality=AUDIO)
+    aug_reverb: float = knob(0.0, at_least=0.0, at_most=1.0, modality=AUDIO)
+    aug_noise: float = knob(0.0, at_least=0.0, at_most=1.0, modality=AUDIO)
+    aug_noise_snr_min: float = knob(5.0, at_least=-10.0, at_most=60.0, modality=AUDIO)
+    aug_noise_snr_max: float = knob(30.0, at_least=-10.0, at_most=60.0, modality=AUDIO)
+    aug_gain: float = knob(0.0, at_least=0.0, at_most=20.0, modality=AUDIO)
+    aug_bandlimit: float = knob(0.0, at_least=0.0, at_most=1.0, modality=AUDIO)
+    aug_telephone: float = knob(0.0, at_least=0.0, at_most=1.0, modality=AUDIO)
     # weights file, checkpoint or previous model.pt to start from; NO_WEIGHTS (or "") = random
     # init. A path, so dvc.yaml can list it as a dep (DVC cannot depend on "": see NO_WEIGHTS)
     init_from: str = NO_WEIGHTS
@@ -321,6 +334,10 @@ class Train:
         elif self.device.startswith("cuda:") and self.nproc * self.nnodes > 1:
             out.append("train.device cuda:N names one GPU: with train.nproc or train.nnodes "
                        "> 1 use cuda (each process takes the GPU of its local rank)")
+        if self.aug_noise_snr_min > self.aug_noise_snr_max:
+            out.append(f"train.aug_noise_snr_min ({self.aug_noise_snr_min}) must be at most "
+                       f"train.aug_noise_snr_max ({self.aug_noise_snr_max}): the noise's SNR "
+                       f"is drawn between them")
         if self.batch_size < self.nproc * self.nnodes:
             out.append(f"train.batch_size ({self.batch_size}) is the global batch, split over "
                        f"train.nproc x train.nnodes ({self.nproc} x {self.nnodes}) processes: "

@@ -67,7 +67,7 @@ EXIT_SOME_FAILED = 3  # some inputs failed: their rows carry the error
                    "decodes and an actor predicts.")
 def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, top_k,
          max_pixels, max_seconds, overwrite, out_dir, retry_failed, score_threshold, beam,
-         ray_address, ray_shard):
+         min_confidence, ray_address, ray_shard):
     """Predict every image in SOURCE... with the exported model (whatever its task) and write
     one row per image to --out.
 
@@ -111,7 +111,7 @@ def main(sources, model_path, registry, backend, out, fmt, batch_size, threads, 
     model = load(backend, model_path, registry, threads)  # a file, or NAME@v1.2.0 / NAME#prod
     if model.registry:  # --ray's workers load the checked copy in the cache
         model_path = model.registry["cached"]
-    apply_decode_options(model, score_threshold, beam)
+    apply_decode_options(model, score_threshold, beam, min_confidence)
     model.max_seconds = max_seconds  # a sound model's input limit
     fields = output_fields(model)
     done, failed_before, retry = resume(out, fmt, fields, model, overwrite, retry_failed,

@@ -117,13 +117,13 @@ def return_freed_memory() -> None:
                    "connections are not counted (the timeouts close them).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info"]),
               default="info", show_default=True, help="uvicorn's log level.")
-def main(model_path, registry, backend, threads, score_threshold, beam, expose, max_seconds,
-         **options):
+def main(model_path, registry, backend, threads, score_threshold, beam, min_confidence, expose,
+         max_seconds, **options):
     warning = check_host(options["host"], expose)  # before anything is loaded
     config = ServeConfig.from_options(options, project=Path.cwd().name)
     return_freed_memory()
     models, loaders = load_models(model_path, registry, backend, threads, score_threshold, beam,
-                                  max_seconds)
+                                  max_seconds, min_confidence)
     from tools.serve.app import create_app
 
     app = create_app(models, config, loaders)
@@ -139,7 +139,7 @@ def main(model_path, registry, backend, threads, score_threshold, beam, expose, 
 
 
 def load_models(model_path, registry, backend, threads, score_threshold, beam,
-                max_seconds=0.0) -> tuple:
+                max_seconds=0.0, min_confidence=None) -> tuple:
     """({name: loaded model}, {name: its Loader}) of the --model options (none: the default
     model file), each loaded in the niced inference thread (the backend's threads inherit its
     priority); a UsageError when two take one name, or several are given and one is a file."""
@@ -149,7 +149,8 @@ def load_models(model_path, registry, backend, threads, score_threshold, beam,
 
     models, loaders = {}, {}
     for text in model_path or (None,):
-        loader = Loader(text, registry, backend, threads, score_threshold, beam, max_seconds)
+        loader = Loader(text, registry, backend, threads, score_threshold, beam,
+                        max_seconds=max_seconds, min_confidence=min_confidence)
         path, facts = loader.fetch()  # a registered model: resolved, fetched, checked
         model = inference_executor().submit(loader.load, path, facts).result()
         name = name_of(model, DEFAULT)

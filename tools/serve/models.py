@@ -33,6 +33,7 @@ class Loader:
     score_threshold: float | None = None
     beam: int | None = None
     max_seconds: float = 0.0  # --max-seconds: a sound model's longest clip
+    min_confidence: float | None = None
 
     @property
     def registered(self) -> bool:
@@ -54,7 +55,7 @@ class Loader:
 
         model = load(self.backend, path, self.threads)
         model.registry = facts
-        apply_decode_options(model, self.score_threshold, self.beam)
+        apply_decode_options(model, self.score_threshold, self.beam, self.min_confidence)
         model.max_seconds = self.max_seconds
         return model
 

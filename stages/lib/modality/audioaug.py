@@ -1,6 +1,8 @@
-"""The audio modality's default augmentation: SpecAugment (Park et al. 2019), time and
-frequency masks on one normalised log-mel input, a pure function of its seed (stages/lib/
-augment.py seeds it from seed, epoch and index, as every augmentation).
+"""The audio modality's default augmentation: the room and the microphone (audioroom.py:
+speed, pitch, reverberation, gain, noise, band-limiting, telephone; all off by default), then
+SpecAugment (Park et al. 2019), time and frequency masks on one normalised log-mel input, a
+pure function of its seed (stages/lib/train/augment.py seeds it from seed, epoch and index, as
+every augmentation).
 
 train's keys (stages/lib/params.py): aug_time_mask (the widest time mask, in frames; 0 =
 off), aug_freq_mask (the widest frequency mask, in mel bands; 0 = off), aug_masks (masks of
@@ -20,12 +22,16 @@ def knobs(p) -> tuple[int, int, int, int]:
 
 
 def augment(x, p, seed: int):
-    """Augment one normalised 1 x n_mels x frames float tensor with SpecAugment masks.
+    """Augment one normalised 1 x n_mels x frames float tensor: the room and microphone
+    effects (audioroom.py: its own generator), then SpecAugment masks.
 
     Four uniform numbers are drawn per mask, always the same count in the same order, then
     one for the shift, so switching one kind on or off never shifts the other's draws."""
     import torch
 
+    from stages.lib.modality import audioroom
+
+    x = audioroom.augment(x, p, seed)
     time_w, freq_w, masks, shift = knobs(p)
     if not (time_w or freq_w or shift) or masks < 0:
         return x
@@ -61,6 +67,11 @@ def augment_batch(x, p, seeds):
     masks copy or fill values, and each clip's fill is its own mean, taken before the shift."""
     import torch
 
+    from stages.lib.modality import audioroom
+
+    if audioroom.active(p):  # clip by clip, on the CPU (audioroom.augment)
+        x = torch.stack([audioroom.augment(xi, p, int(s)) for xi, s in zip(x, seeds,
+                                                                            strict=True)])
     time_w, freq_w, masks, shift = knobs(p)
     if not (time_w or freq_w or shift) or masks < 0:
         return x

@@ -27,9 +27,15 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 
 
 def augmenting(p) -> bool:
-    """True when any augmentation in the train params is on."""
+    """True when any augmentation in the train params is on (the audio modality's SpecAugment
+    and room and microphone keys among them)."""
+    from stages.lib.modality.audioroom import active
+
+    spec = (getattr(p, "aug_time_mask", 0) > 0 or getattr(p, "aug_freq_mask", 0) > 0
+            or getattr(p, "aug_freq_shift", 0) > 0) and getattr(p, "aug_masks", 2) >= 0
     return (p.aug_crop_scale < 1.0 or p.aug_hflip > 0 or p.aug_rotate > 0 or p.aug_jitter > 0
-            or getattr(p, "aug_stretch", 0) > 0 or getattr(p, "aug_blur", 0) > 0)
+            or getattr(p, "aug_stretch", 0) > 0 or getattr(p, "aug_blur", 0) > 0 or spec
+            or active(p))
 
 
 def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank: int = 0,

@@ -7,8 +7,21 @@ def lead(facts, items: str, wrong: int, lower) -> str:
     """The lead line (how many `items`, e.g. "lines", and how many of them are wrong), the
     metric cards (lower(key): lower is better) and the comparison with evaluate.compare_with."""
     return (f'\n<p class="lead">On the fixed test split: {facts.eval.get(items, 0):,} {items},\n'
-            f'{wrong} with at least one error.</p>\n'
+            f'{wrong} with at least one error.{confidence(facts.eval, items)}</p>\n'
             f'<div class="cards">{metric_cards(facts.eval, lower)}</div>{comparison(facts.eval)}')
+
+
+def confidence(metrics: dict, items: str) -> str:
+    """How well the confidence predict and serve answer ranks right `items` above wrong ones
+    (evaluate's confidence_auroc, confidence_right, confidence_wrong), or "" when evaluate did
+    not measure it (every item right, or every one wrong; an older run)."""
+    area = metrics.get("confidence_auroc")
+    if not isinstance(area, (int, float)):
+        return ""
+    return (f" The confidence predict and serve answer ranks a right one above a wrong one "
+            f"with probability {area:.3f} (AUROC of correctness); its mean is "
+            f"{metrics['confidence_right']:.3f} on right {items}, "
+            f"{metrics['confidence_wrong']:.3f} on wrong ones.")
 
 
 def worst_sheet(facts, alt: str, item: str) -> str:

@@ -8,7 +8,11 @@ from stages.tasks.common.singlelabel import SingleLabel
 
 AUDIO_KEYS = ("prepare.audio", "validate.min_seconds", "validate.max_seconds",
               "validate.silence_db", "validate.max_clipped", "train.aug_time_mask",
-              "train.aug_freq_mask", "train.aug_masks", "train.aug_freq_shift")
+              "train.aug_freq_mask", "train.aug_masks", "train.aug_freq_shift",
+              # the room and the microphone (stages/lib/modality/audioroom.py)
+              "train.aug_speed", "train.aug_pitch", "train.aug_reverb", "train.aug_noise",
+              "train.aug_noise_snr_min", "train.aug_noise_snr_max", "train.aug_gain",
+              "train.aug_bandlimit", "train.aug_telephone")
 
 
 class Audio(SingleLabel):

@@ -37,17 +37,25 @@ def collapse(path) -> list[int]:
 
 def greedy(logits: np.ndarray, charset) -> list[tuple[str, float]]:
     """(text, confidence) per line: the best class per frame, repeats merged, blanks dropped.
-    confidence: the mean max probability over the frames whose best class is not blank (over
-    all frames when every frame is blank, i.e. how sure the model is the line is empty)."""
-    probs = softmax(logits)
-    best, top = probs.argmax(-1), probs.max(-1)
+    confidence: line_confidence, the probability the model gives that text."""
     out = []
-    for path, p in zip(best, top, strict=True):
-        text = "".join(charset[i - 1] for i in collapse(path.tolist()))
-        steps = path != BLANK
-        confidence = float(p[steps].mean() if steps.any() else p.mean())
-        out.append((text, round(confidence, 6)))
+    for line in log_softmax(logits):
+        codes = collapse(line.argmax(-1).tolist())
+        text = "".join(charset[i - 1] for i in codes)
+        out.append((text, round(line_confidence(line, codes), 6)))
     return out
+
+
+def line_confidence(logp: np.ndarray, codes) -> float:
+    """A line's confidence: P(text | line), the probability the model gives the greedy text
+    summed over every CTC path that spells it (text_logprob: exact, not the single best path's
+    probability). A frame where the model hesitates between a blank and the character it
+    repeats changes nothing (both paths spell the same text); one where another character, or
+    a blank between two equal characters, comes close takes its share away. Blank padding
+    (OCR's width buckets: probability 1) changes nothing. On the speech sample's held-out
+    voices its AUROC of clip correctness is 0.995, against 0.941 for the mean best-class
+    probability over the emitted frames that greedy answered before (docs/speech.md)."""
+    return float(math.exp(text_logprob(logp, codes))) if len(logp) else 1.0
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -108,6 +116,30 @@ def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]
     return prefix, _logaddexp(pb, pnb)
 
 
+def text_logprob(logp: np.ndarray, labels) -> float:
+    """log P(labels | line): the CTC forward sum over every path of one line's T x C
+    log-probabilities (class 0 the blank) that collapses to `labels`, in float64 (the exact
+    sum the prefix beam search bounds from below; -inf when no path of T frames can)."""
+    ext = [BLANK]
+    for c in labels:
+        ext += [int(c), BLANK]
+    n = len(ext)
+    ext = np.asarray(ext)
+    # a path may skip a blank between two different labels
+    skip = np.zeros(n, dtype=bool)
+    skip[2:] = (ext[2:] != BLANK) & (ext[2:] != ext[:-2])
+    alpha = np.full(n, NEG_INF)
+    alpha[0] = logp[0, BLANK]
+    if n > 1:
+        alpha[1] = logp[0, ext[1]]
+    one, two = np.full(n, NEG_INF), np.full(n, NEG_INF)  # from one and two states back
+    for frame in np.asarray(logp[1:], dtype=np.float64):
+        one[1:] = alpha[:-1]
+        two[2:] = np.where(skip[2:], alpha[:-2], NEG_INF)
+        alpha = np.logaddexp(np.logaddexp(alpha, one), two) + frame[ext]
+    return float(np.logaddexp(alpha[-1], alpha[-2]) if n > 1 else alpha[-1])
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64)
     z = z - z.max(axis=-1, keepdims=True)
@@ -120,8 +152,8 @@ def beam(logits: np.ndarray, charset, width: int) -> list[tuple[str, float]]:
     search is not best-path decoding: it sums paths, and can pick another text than greedy).
     confidence (width >= 2): P(text | line), the probability the model gives the whole text,
     summed over the CTC paths the beam kept (a lower bound of the exact sum), to 6 significant
-    digits. It is a line-level probability, not greedy's per-frame mean: a line the model is
-    sure of scores near 1 under both, an uncertain one lower under beam."""
+    digits. Greedy's confidence is the same probability of its own text, summed exactly over
+    all its paths (line_confidence)."""
     from stages.lib.params import MAX_BEAM
 
     if not 1 <= width <= MAX_BEAM:
@@ -203,3 +235,39 @@ def cer_by_length(truths, line_cer, key: str = "length", count: str = "lines") -
         by_length.setdefault(len(t), []).append(c)
     return [{key: n, "cer": f"{sum(cs) / len(cs):.6f}", count: len(cs)}
             for n, cs in sorted(by_length.items())]
+
+
+def auroc(scores, positive) -> float | None:
+    """The area under the ROC curve of `scores` separating the `positive` items (booleans)
+    from the others: the probability that a random positive scores above a random negative,
+    a tie counting half (the Mann-Whitney U over both counts, from average ranks). None when
+    either class is empty."""
+    s = np.asarray(scores, dtype=np.float64)
+    pos = np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if not n_pos or not n_neg:
+        return None
+    order = np.argsort(s, kind="stable")
+    ranks = np.empty(len(s), dtype=np.float64)
+    sorted_s = s[order]
+    start = 0
+    for end in range(1, len(s) + 1):  # runs of equal scores share their average rank
+        if end == len(s) or sorted_s[end] != sorted_s[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2.0
+            start = end
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def confidence_scores(confidence, right) -> dict:
+    """How well line confidences tell right lines from wrong ones: confidence_auroc (auroc of
+    line correctness; None when every line is right or every one wrong), and the mean
+    confidence of the right and of the wrong lines (None when there are none), to 6 digits."""
+    c = np.asarray(confidence, dtype=np.float64)
+    ok = np.asarray(right, dtype=bool)
+    area = auroc(c, ok)
+
+    def mean(v):
+        return round(float(v.mean()), 6) if len(v) else None
+
+    return {"confidence_auroc": None if area is None else round(area, 6),
+            "confidence_right": mean(c[ok]), "confidence_wrong": mean(c[~ok])}

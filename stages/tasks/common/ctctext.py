@@ -86,20 +86,26 @@ class CtcText(Task):
 
         return f"decoded classes {collapse(outputs_row.argmax(-1))}"
 
-    prediction_fields = {"text": "string", "confidence": "number"}
+    prediction_fields = {"text": "string", "confidence": "number", "uncertain": "boolean"}
 
     def empty_prediction(self):
-        return {"text": "", "confidence": None}
+        return {"text": "", "confidence": None, "uncertain": None}
 
-    decode_options = ("beam",)  # predict/serve --beam K: CTC prefix beam search of width K
+    # predict/serve --beam K: CTC prefix beam search of width K; --min-confidence C: a line
+    # whose confidence is below C is answered with uncertain: true
+    decode_options = ("beam", "min_confidence")
 
     def decode(self, outputs, meta, k):
         """Greedy (the decoder evaluate and export use), or a prefix beam search of width
-        meta["beam"] when predict/serve got --beam (stages/tasks/common/ctc.py: beam)."""
+        meta["beam"] when predict/serve got --beam (stages/tasks/common/ctc.py: beam);
+        uncertain: the confidence is below meta["min_confidence"] (--min-confidence; 0 when
+        not given: never)."""
         from stages.tasks.common.ctc import beam
 
         width = meta.get("beam") or 1
-        return [{"text": t, "confidence": c} for t, c in beam(outputs, meta["charset"], width)]
+        floor = meta.get("min_confidence") or 0.0
+        return [{"text": t, "confidence": c, "uncertain": c < floor}
+                for t, c in beam(outputs, meta["charset"], width)]
 
 
 # ---- the text checks (each task's checks.py)

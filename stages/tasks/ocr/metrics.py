@@ -1,5 +1,7 @@
 """OCR evaluation on the fixed test split: CER and WER (jiwer, stages/tasks/common/ctc.py), word and
-line accuracy, accuracy per character class, character confusions, the CER distribution and
+line accuracy, how well the greedy confidence tells right lines from wrong ones
+(confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), accuracy per
+character class, character confusions, the CER distribution and
 the worst lines.
 
 The truth is the transcript in data/split/test.csv (not the encoded target, which drops
@@ -8,7 +10,7 @@ characters the training split never had: those count as errors here).
 from collections import Counter
 from pathlib import Path
 
-from stages.tasks.common.ctc import cer_by_length, greedy, scores
+from stages.tasks.common.ctc import cer_by_length, confidence_scores, greedy, scores
 from stages.lib.io import csv_bytes, json_bytes, read_csv
 
 TEST_SPLIT = Path("data/split/test.csv")
@@ -53,6 +55,8 @@ def evaluate(outputs, paths, images, meta, p):
     decoded = greedy(outputs, meta["charset"])
     preds = [t for t, _ in decoded]
     metrics = scores(truths, preds)
+    metrics.update(confidence_scores([c for _, c in decoded],
+                                     [t == q for t, q in zip(truths, preds, strict=True)]))
     line_cer = [distance(t, q) / max(len(t), 1) for t, q in zip(truths, preds, strict=True)]
     per_class, wrong_class, confusions = Counter(), Counter(), Counter()
     for t, q in zip(truths, preds, strict=True):

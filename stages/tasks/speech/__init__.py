@@ -12,7 +12,11 @@ from stages.tasks.speech import annotations, checks
 TASK_KEYS = ("prepare.audio", "sample.clips", "validate.charset", "validate.min_seconds",
              "validate.max_seconds", "validate.silence_db", "validate.max_clipped",
              "train.aug_time_mask", "train.aug_freq_mask", "train.aug_masks",
-             "train.aug_freq_shift")
+             "train.aug_freq_shift",
+              # the room and the microphone (stages/lib/modality/audioroom.py)
+              "train.aug_speed", "train.aug_pitch", "train.aug_reverb", "train.aug_noise",
+              "train.aug_noise_snr_min", "train.aug_noise_snr_max", "train.aug_gain",
+              "train.aug_bandlimit", "train.aug_telephone")
 MAX_FIT_SECONDS = 30.0  # init: frames cover the longest train clip, up to this
 SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40}
 

@@ -1,14 +1,17 @@
 """Speech evaluation on the fixed test split: CER (the headline) and WER with jiwer, by greedy
 decoding (what predict and serve answer by default) and by CTC prefix beam search of width BEAM
-(their --beam), clip accuracy, CER by clip duration and by transcript length, CER per speaker
-(the manifest's group), and the worst clips.
+(their --beam), clip accuracy, how well the greedy confidence tells right clips from wrong ones
+(confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), CER by clip
+duration and by transcript length, CER per speaker (the manifest's group), and the worst
+clips.
 
 The truth is the transcript in data/split/test.csv (not the encoded target, which drops
 characters the training split never had: those count as errors here).
 """
 from pathlib import Path
 
-from stages.tasks.common.ctc import beam, cer_by_length, distance, greedy, scores
+from stages.tasks.common.ctc import (beam, cer_by_length, confidence_scores, distance, greedy,
+                                     scores)
 from stages.lib.io import csv_bytes, read_csv
 
 TEST_SPLIT = Path("data/split/test.csv")
@@ -75,6 +78,8 @@ def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
     beamed = [t for t, _ in beam(outputs, meta["charset"], BEAM)]
     by_beam = speech_scores(truths, beamed)
     metrics.update({"cer_beam": by_beam["cer"], "wer_beam": by_beam["wer"], "beam_width": BEAM})
+    metrics.update(confidence_scores([c for _, c in decoded],
+                                     [t == q for t, q in zip(truths, preds, strict=True)]))
     line_cer = [distance(t, q) / max(len(t), 1) for t, q in zip(truths, preds, strict=True)]
     rows = [{"path": s, "truth": t, "predicted": q, "cer": f"{c:.4f}", "confidence": f"{f:.4f}",
              "seconds": f"{d:.3f}", "speaker": facts.get(s, {}).get("group") or ""}
