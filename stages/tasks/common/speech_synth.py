@@ -136,8 +136,10 @@ def room(x: np.ndarray, rate: int, delays_ms=(23.0, 41.0, 67.0), decay: float = 
 
 
 def post_process(samples: np.ndarray, sample_rate: int, seed: int, gain: float = 1.0,
-                 noise: float = 0.0, echo: float = 0.0) -> np.ndarray:
-    """int16 samples at ESPEAK_RATE -> int16 at sample_rate: scaled by gain, a room echo of
+                 noise: float = 0.0, echo: float = 0.0,
+                 source_rate: int = ESPEAK_RATE) -> np.ndarray:
+    """int16 samples at source_rate (espeak-ng's; Festival's clips give theirs) -> int16 at
+    sample_rate: scaled by gain, a room echo of
     strength `echo` (0 = none; the decay of its reflections), white noise of RMS `noise`
     (full scale 1.0) from a PCG64 generator seeded with `seed`, resampled, clipped to 16
     bits. float64 throughout, element-wise and fixed-order, so the same bytes everywhere."""
@@ -145,8 +147,8 @@ def post_process(samples: np.ndarray, sample_rate: int, seed: int, gain: float =
 
     x = samples.astype(np.float64) / 32768.0 * gain
     if echo > 0:
-        x = room(x, ESPEAK_RATE, decay=echo)
-    x = resample(x, ESPEAK_RATE, sample_rate)
+        x = room(x, source_rate, decay=echo)
+    x = resample(x, source_rate, sample_rate)
     if noise > 0:
         x = x + np.random.Generator(np.random.PCG64(seed)).normal(0.0, noise, len(x))
     return np.clip(np.round(x * 32767.0), -32768, 32767).astype("<i2")

@@ -1,0 +1,195 @@
+"""The pipeline's speech (or keyword) model against PocketSphinx on the same clips: the run's own
+test split (the sample's held-out espeak-ng voices) and clips of a synthesizer the run never
+trained on, Festival's three English voices, written by tools.synth_speech's renderer
+(stages/tasks/speech/synth.py) with the sample's vocabulary.
+
+PocketSphinx: Debian's `pocketsphinx` 0.8+5prealpha (`pocketsphinx_batch`, the `en-us` model
+of `pocketsphinx-en-us`, cmudict), with a JSGF grammar of the task's words (speech: one or more
+digits; audio: exactly one of the 20 keywords). Ours: the run's models/model.onnx through
+onnxruntime (tools.inference, as predict: the modality's read, greedy decoding), one clip at a
+time. Reported per set: CER, WER, line accuracy (speech) or top-1 (audio), and CPU seconds per
+clip (ours: this process's CPU around read + inference; PocketSphinx: its process's CPU,
+model loading included, over the clips).
+
+    python -m bench.speech_peer --run /tmp/speech-run [--clips 240] [--seed 55]
+"""
+import os
+import re
+import resource
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+SPHINX = "/usr/share/pocketsphinx/model/en-us"
+HYP = re.compile(r"^(.*?)\s*\((\S+)(?: -?\d+)?\)\s*$")
+
+
+def grammar(task: str, words) -> str:
+    """A JSGF grammar: one or more of the words (speech), or exactly one (audio)."""
+    rule = "<word>+" if task == "speech" else "<word>"
+    return (f"#JSGF V1.0;\ngrammar peer;\npublic <line> = {rule};\n"
+            f"<word> = {' | '.join(words)};\n")
+
+
+def sphinx(clips, task: str, words, work: Path) -> tuple[list[str], float]:
+    """PocketSphinx's text of each (wav path, truth) and its CPU seconds per clip."""
+    if not os.path.exists("/usr/bin/pocketsphinx_batch") or not os.path.isdir(SPHINX):
+        raise click.ClickException("PocketSphinx is not installed: apt-get install -y "
+                                   "pocketsphinx pocketsphinx-en-us")
+    links = work / "sphinx"
+    links.mkdir()
+    for k, (path, _) in enumerate(clips):
+        os.symlink(os.path.abspath(path), links / f"{k:06d}.wav")
+    (work / "ctl").write_text("".join(f"{k:06d}\n" for k in range(len(clips))))
+    (work / "peer.gram").write_text(grammar(task, words))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(["pocketsphinx_batch", "-adcin", "yes", "-adchdr", "44", "-cepdir",
+                    str(links), "-cepext", ".wav", "-ctl", str(work / "ctl"), "-hyp",
+                    str(work / "hyp"), "-jsgf", str(work / "peer.gram"), "-hmm",
+                    f"{SPHINX}/en-us", "-dict", f"{SPHINX}/cmudict-en-us.dict", "-logfn",
+                    os.devnull], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    said = {}
+    for line in (work / "hyp").read_text().splitlines():
+        m = HYP.match(line)
+        if m:
+            said[m[2]] = m[1].strip()
+    return [said.get(f"{k:06d}", "") for k in range(len(clips))], cpu / len(clips)
+
+
+def ours(clips, run: Path) -> tuple[list[str], list[float], float]:
+    """Our model's text (speech) or label (audio) of each clip, its confidence, and the CPU
+    seconds per clip (read + features + inference, batch 1, one thread)."""
+    from tools.inference import load, predict_batch
+
+    model = load("onnxruntime", run / "models/model.onnx", threads=1)
+    texts, conf, cpu = [], [], 0.0
+    for path, _ in clips:
+        start = time.process_time()
+        x = model.modality.read(path, model.image_size, model.channels, 1 << 30,
+                                model.letterbox)
+        [pred] = predict_batch(model, [x], 1)
+        cpu += time.process_time() - start
+        texts.append(pred.get("text", pred.get("label", "")))
+        conf.append(float(pred.get("confidence", pred.get("score", 0.0))))
+    return texts, conf, cpu / len(clips)
+
+
+def held_out_espeak(run: Path, task: str) -> list:
+    """(wav path, truth) of the run's test split."""
+    from stages.lib.io import read_csv
+    from stages.lib.params import load as load_params
+
+    source = Path(load_params("data", str(run / "params.yaml")).source)
+    source = source if source.is_absolute() else run / source
+    key = "text" if task == "speech" else "label"
+    return [(str(source / r["path"]), r[key]) for r in read_csv(run / "data/split/test.csv")]
+
+
+def festival_clips(task: str, n: int, seed: int, out: Path) -> list:
+    """n clips of Festival's voices in turn: speech, strings of 2 to 5 of the sample's digits
+    (6 slow ones by the HTS voice run past the sample model's 3.2 s); audio, its 20 keywords
+    in turn."""
+    import numpy as np
+
+    from stages.tasks.common import festival_synth
+    from stages.tasks.speech import synth
+
+    pool = {"festival": festival_synth.voices()}
+    if task == "speech":
+        from stages.tasks.speech.sample import WORDS
+
+        texts = []
+        for i in range(n):
+            rng = np.random.Generator(np.random.PCG64([seed, 1, i]))
+            size = int(rng.integers(2, 6))
+            texts.append(" ".join(WORDS[d] for d in rng.integers(0, 10, size)))
+    else:
+        from stages.tasks.audio.sample import WORDS
+
+        texts = [WORDS[i % len(WORDS)] for i in range(n)]
+    plans = []
+    for i, text in enumerate(texts):
+        p = synth.plan(i, text, pool, seed)
+        p["voice"] = pool["festival"][i % len(pool["festival"])]  # each voice a third
+        plans.append(p)
+    synth.write(out, plans, workers=2)
+    return [(str(out / "clips" / f"{i:06d}.wav"), t) for i, t in enumerate(texts)]
+
+
+def score(task: str, truths, preds) -> dict:
+    if task == "audio":
+        import numpy as np
+
+        return {"top1": float(np.mean([t == p for t, p in zip(truths, preds, strict=True)]))}
+    from stages.tasks.common.ctc import scores
+
+    s = scores(truths, preds)
+    return {k: s[k] for k in ("cer", "wer", "line_accuracy")}
+
+
+def line(name: str, who: str, s: dict, cpu: float, extra: str = "") -> str:
+    figures = "  ".join(f"{k} {v:.4f}" for k, v in s.items())
+    return f"{name:28s} {who:12s} {figures}  cpu/clip {cpu * 1000:.1f} ms{extra}"
+
+
+@click.command()
+@click.option("--run", "run_dir", default=".", show_default=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Root of a finished `dvc repro` of task speech or audio (its model.onnx, "
+                   "test split and data.source).")
+@click.option("--clips", default=240, show_default=True, type=click.IntRange(3, 100_000),
+              help="Festival clips to synthesize (its three voices in turn).")
+@click.option("--seed", default=55, show_default=True, help="The Festival clips' draws.")
+def main(run_dir, clips, seed):
+    """Print ours vs PocketSphinx on the held-out espeak-ng voices and on Festival."""
+    from stages.tasks import current
+
+    run = run_dir.resolve()
+    task = current(str(run / "params.yaml")).name
+    if task not in ("speech", "audio"):
+        raise click.UsageError(f"{run}/params.yaml: task {task}; give a speech or audio run")
+    if task == "speech":
+        from stages.tasks.speech.sample import WORDS
+    else:
+        from stages.tasks.audio.sample import WORDS
+    with tempfile.TemporaryDirectory(prefix="speech-peer-") as tmp:
+        sets = {"held-out espeak-ng voices": held_out_espeak(run, task),
+                "Festival (never trained on)": festival_clips(task, clips, seed,
+                                                              Path(tmp) / "festival")}
+        for name, items in sets.items():
+            truths = [t for _, t in items]
+            work = Path(tmp) / re.sub(r"\W+", "-", name)
+            work.mkdir()
+            texts, conf, cpu = ours(items, run)
+            right = [t == p for t, p in zip(truths, texts, strict=True)]
+            mean = {ok: sum(c for c, r in zip(conf, right, strict=True) if r == ok)
+                    / max(1, sum(r == ok for r in right)) for ok in (True, False)}
+            click.echo(line(f"{name} ({len(items)})", "ours", score(task, truths, texts),
+                            cpu, f"  confidence right {mean[True]:.3f} wrong "
+                                 f"{mean[False]:.3f}"))
+            said, cpu = sphinx(items, task, WORDS, work)
+            click.echo(line(f"{name} ({len(items)})", "PocketSphinx",
+                            score(task, truths, said), cpu))
+            if name.startswith("Festival"):
+                per_voice(task, truths, texts, said)
+
+
+def per_voice(task: str, truths, texts, said) -> None:
+    """The Festival set's figures per voice (clip i speaks with voice i mod 3)."""
+    from stages.tasks.common import festival_synth
+
+    voices = festival_synth.voices()
+    for k, voice in enumerate(voices):
+        pick = slice(k, None, len(voices))
+        a, b = score(task, truths[pick], texts[pick]), score(task, truths[pick], said[pick])
+        click.echo(f"  {voice:24s} ours {next(iter(a.values())):.4f}  PocketSphinx "
+                   f"{next(iter(b.values())):.4f}  ({next(iter(a))})")
+
+
+if __name__ == "__main__":
+    main()
