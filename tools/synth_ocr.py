@@ -37,14 +37,25 @@ import click
 @click.option("--max-aspect", default=2.0, show_default=True, type=click.FloatRange(min=0),
               help="validate.max_aspect of the pipeline the lines are for: a line taller than "
                    "wide by more is drawn again (0: no check).")
-def main(fonts, words, lines, out, seed, charset, holdout, real, height, max_aspect):
+@click.option("--text-height", nargs=2, type=float, default=None,
+              help="LOW HIGH: the font size as a share of the line height, drawn per line "
+                   "(0.55 1.1: loose to a detector's tight crop; the default, not given: the "
+                   "font's own box with a quarter size above and below, about 0.6).")
+@click.option("--offset", nargs=2, type=float, default=(0.0, 0.0), show_default=True,
+              help="LOW HIGH: the text's vertical shift in line heights (with --text-height).")
+@click.option("--margin", nargs=2, type=float, default=None,
+              help="LOW HIGH: each side's space beyond the ink, in line heights (with "
+                   "--text-height; not given: a quarter of the font size).")
+def main(fonts, words, lines, out, seed, charset, holdout, real, height, max_aspect,
+         text_height, offset, margin):
     """Render synthetic text lines from font files into a data.source folder."""
     from stages.tasks.ocr.synth import Style, synthesize
 
+    style = Style(height=height, text_height=text_height, offset=tuple(offset),
+                  margin=margin)
     try:
         counts = synthesize(fonts, words, lines, out, seed, charset, tuple(holdout),
-                            Style(height=height), real_lines(real) if real else (), real,
-                            max_aspect)
+                            style, real_lines(real) if real else (), real, max_aspect)
     except (ValueError, OSError) as exc:
         click.echo(f"synth_ocr: {exc}", err=True)
         sys.exit(2)

@@ -29,7 +29,8 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 def augmenting(p) -> bool:
     """True when any augmentation in the train params is on."""
     return (p.aug_crop_scale < 1.0 or p.aug_hflip > 0 or p.aug_rotate > 0 or p.aug_jitter > 0
-            or getattr(p, "aug_stretch", 0) > 0 or getattr(p, "aug_blur", 0) > 0)
+            or getattr(p, "aug_stretch", 0) > 0 or getattr(p, "aug_blur", 0) > 0
+            or getattr(p, "aug_crop_line", 0) > 0)
 
 
 def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank: int = 0,
