@@ -186,3 +186,94 @@ def test_the_crop_augmentation_is_seeded_per_sample_and_off_changes_nothing():
     batch = augment_batch(torch.stack([x, x, x]), on, seeds[:3])
     for i, s in enumerate(seeds[:3]):
         assert torch.equal(batch[i], augment(x, on, s))
+
+
+# --- the held-out renderer ---------------------------------------------------------------
+
+def test_the_second_renderer_writes_a_paddle_list_that_synth_ocr_holds_out(fonts, tmp_path):
+    import json
+
+    from tests.conftest import run_tool
+
+    words = tmp_path / "words.txt"
+    words.write_text(WORDS + "\n", encoding="utf-8")
+    for out in ("p", "q"):
+        proc = run_tool("ocr_testlines", "--fonts", fonts, "--words", words, "--lines", "21",
+                        "--out", tmp_path / out)
+        assert proc.returncode == 0, proc.stderr
+    listing = (tmp_path / "p" / "rec_gt.txt").read_text(encoding="utf-8").splitlines()
+    assert len(listing) == 21 and all("\t" in x for x in listing)
+    for rel in [x.split("\t")[0] for x in listing]:  # the same bytes on a second run
+        assert (tmp_path / "p" / rel).read_bytes() == (tmp_path / "q" / rel).read_bytes()
+    facts = [json.loads(x) for x in (tmp_path / "p" / ".lines.jsonl").read_text().splitlines()]
+    assert [f["crop"] for f in facts[:21:7]] == ["tight", "medium", "loose"]
+    proc = run_tool("synth_ocr", "--fonts", fonts, "--words", words, "--lines", "8", "--out",
+                    tmp_path / "d", "--test-set", tmp_path / "p", "--holdout", "DejaVuSerif")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in (tmp_path / "d" / "lines.jsonl").read_text().splitlines()]
+    held = [r for r in rows if r["path"].startswith("p/")]
+    assert len(held) == 21 and {r["split"] for r in held} == {"test"}
+    assert held[0]["group"] == f"renderer=p;font={facts[0]['font']};crop=tight"
+    assert all((tmp_path / "d" / r["path"]).read_bytes() == (tmp_path / "p" / r["path"][2:])
+               .read_bytes() for r in held)
+    assert {r["split"] for r in rows if r["group"] == "DejaVuSans"} == {"train"}
+    # a line-box option without --text-height: refused before anything is written
+    proc = run_tool("synth_ocr", "--fonts", fonts, "--words", words, "--lines", "2", "--out",
+                    tmp_path / "e", "--margin", "0", "0.5")
+    assert proc.returncode == 2 and "--text-height" in proc.stderr
+    assert not (tmp_path / "e").exists()
+
+
+def test_evaluate_scores_the_held_out_renderer_per_font_and_crop(tmp_path):
+    from stages.lib.io import csv_bytes, write_csv
+    from stages.tasks.common.ctc import scores
+    from stages.tasks.ocr.groups import group_metrics
+
+    groups = ["A", "B", "renderer=r;font=A;crop=tight", "renderer=r;font=A;crop=loose",
+              "renderer=r;font=B;crop=tight", "renderer=r;font=B;crop=loose"]
+    write_csv(tmp_path / "manifest.csv", [{"path": f"l{i}.png", "group": g}
+                                          for i, g in enumerate(groups)], ["path", "group"])
+    write_csv(tmp_path / "train.csv", [{"path": "l0.png"}], ["path"])  # A seen, B not
+    preds = [{"path": f"l{i}.png", "truth": "abcd", "predicted": q}
+             for i, q in enumerate(["abcd", "abcx", "abcd", "abxx", "xxxx", "abcd"])]
+    metrics, files = group_metrics(csv_bytes(preds, ["path", "truth", "predicted"]), scores,
+                                   tmp_path / "manifest.csv", tmp_path / "train.csv")
+    # the training renderer's figures hold only its own lines
+    assert metrics["lines_seen_groups"] == 1 and metrics["cer_unseen_groups"] == 0.25
+    assert metrics["cer_held_out_renderer"] == pytest.approx(6 / 16)
+    assert metrics["lines_held_out_renderer"] == 4
+    assert metrics["cer_held_out_renderer_seen_fonts"] == pytest.approx(2 / 8)
+    assert metrics["cer_held_out_renderer_unseen_fonts"] == pytest.approx(4 / 8)
+    assert metrics["cer_held_out_renderer_crop_tight"] == pytest.approx(4 / 8)
+    assert metrics["cer_held_out_renderer_crop_loose"] == pytest.approx(2 / 8)
+    table = files["per_renderer.csv"].decode().splitlines()
+    assert table[0] == "renderer,by,value,seen,lines,characters,cer,line_accuracy"
+    assert "r,font,B,no,2,8,0.500000,0.500000" in table
+    assert "r,fonts seen,yes,yes,2,8,0.250000,0.500000" in table
+    assert files["per_group.csv"].decode().count("\n") == 3  # header, A, B
+    # without held-out renderer lines: nothing of it
+    only = [r for r in preds if r["path"] in ("l0.png", "l1.png")]
+    metrics, files = group_metrics(csv_bytes(only, ["path", "truth", "predicted"]), scores,
+                                   tmp_path / "manifest.csv", tmp_path / "train.csv")
+    assert "per_renderer.csv" not in files and "cer_held_out_renderer" not in metrics
+
+
+def test_the_report_shows_the_held_out_renderer():
+    from types import SimpleNamespace
+
+    from stages.lib.io import csv_bytes, json_bytes
+    from stages.report.tasks.ocr import evaluation
+    from stages.tasks.ocr.groups import RENDERER_FIELDS
+
+    files = {"per_class.json": json_bytes({"lower": 1.0}),
+             "cer_distribution.csv": csv_bytes([], ["bin", "lines"]),
+             "bad_cases.csv": csv_bytes([], ["path", "truth", "predicted", "cer", "confidence"]),
+             "confusions.csv": csv_bytes([], ["truth", "predicted", "count"])}
+    facts = SimpleNamespace(eval={"cer": 0.05, "cer_held_out_renderer": 0.2}, eval_files=files)
+    assert "Held-out renderer" not in evaluation(facts)
+    row = {"renderer": "plain", "by": "crop", "value": "tight", "seen": "", "lines": 3,
+           "characters": 30, "cer": "0.200000", "line_accuracy": "0.5"}
+    files["per_renderer.csv"] = csv_bytes([row], RENDERER_FIELDS)
+    html = evaluation(facts)
+    assert "Held-out renderer" in html
+    assert 'data-key="per_renderer.plain.tight.cer" data-value="0.2"' in html

@@ -2,7 +2,8 @@
 ImageDraw.text of the whole line, rotation, gradient paper, box blur, specks; tight, medium and
 loose crops in turn): lines the training generator (tools.synth_ocr) did not draw, to test a
 reader on. Writes PaddleOCR's recognition list `OUT/rec_gt.txt` (path<TAB>text) beside
-`OUT/images/` and `OUT/lines.jsonl` (each line's font, crop tightness and draws), into a temp
+`OUT/images/` and `OUT/.lines.jsonl` (each line's font, crop tightness and draws; hidden, so the
+pipeline reading OUT as data.source lists only the lines), into a temp
 folder renamed into place; an existing OUT is replaced only when this tool wrote it. As the
 pipeline's held-out renderer: `tools.synth_ocr --test-set OUT` (docs/ocr.md).
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import click
 
 MARKER = ".ocr_testlines"
+FACTS = ".lines.jsonl"  # each line's font, crop and draws (hidden: not a data file)
 
 
 @click.command()
@@ -72,7 +74,7 @@ def write(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 
                                    ensure_ascii=False, sort_keys=True) + "\n")
             counts[names[k]] = counts.get(names[k], 0) + 1
         (tmp / "rec_gt.txt").write_text("".join(listing), encoding="utf-8")
-        (tmp / "lines.jsonl").write_text("".join(rows), encoding="utf-8")
+        (tmp / FACTS).write_text("".join(rows), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

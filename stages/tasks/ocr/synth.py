@@ -340,20 +340,25 @@ def draw_line(font: Path, words, style: Style, seed: int, i: int, max_aspect: fl
 
 def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
                charset: str = "", holdout=(), style: Style = Style(), real=(), real_dir=None,
-               max_aspect: float = 2.0) -> dict:
+               max_aspect: float = 2.0, test=None, test_dir=None) -> dict:
     """Write `lines` lines under out/images/ and their list out/lines.jsonl ({"path", "text",
     "group": the font, "font", "font_sha256", "split" (with holdout: test for a held-out font,
     else train), and the draws}); the counts per font. real: [(file, relative path, text)] of
     the user's own lines (from real_dir), copied under out/real/ and listed with group `real`
     (split train with holdout). Every line passes validate's aspect check at max_aspect (its
     default, 2.0; 0: unchecked). Written to a marked temp folder then renamed, so `out`
-    appears whole; an existing `out` is replaced only when synth_ocr wrote it (check_out)."""
+    appears whole; an existing `out` is replaced only when synth_ocr wrote it (check_out).
+    test: (name, [(file, relative path, text, facets)]) of a held-out renderer's lines (from
+    test_dir), copied under out/<name>/ with split test and the faceted group
+    `renderer=NAME;font=...;crop=...` (stages/tasks/ocr/groups.py); every other line then gets
+    a split too (train, or test for a held-out font)."""
     import os
     import shutil
 
     fonts_dir, out = Path(fonts_dir), Path(out)
     check_out(out, [("--fonts", fonts_dir), ("--words", words_file)]
-              + ([("--real", real_dir)] if real_dir else []))
+              + ([("--real", real_dir)] if real_dir else [])
+              + ([("--test-set", test_dir)] if test_dir else []))
     if not 1 <= lines <= MAX_LINES:
         raise ValueError(f"--lines {lines}: give 1 to {MAX_LINES}")
     check_style(style)
@@ -369,7 +374,7 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     tmp = temp_folder(out)
     try:
         counts = write_lines(tmp, fonts, names, digests, words, lines, seed, holdout, style,
-                             real, max_aspect)
+                             real, max_aspect, test)
         if out.exists():  # synth_ocr's own (check_out): moved aside, then removed
             old = out.with_name(f".{out.name}.synth_ocr-{os.getpid()}.old")
             os.replace(out, old)
@@ -383,7 +388,7 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
 
 
 def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, holdout,
-                style: Style, real, max_aspect: float) -> dict:
+                style: Style, real, max_aspect: float, test=None) -> dict:
     import shutil
 
     digits = max(5, len(str(lines - 1)))
@@ -395,7 +400,7 @@ def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, 
         (tmp / rel).write_bytes(png_bytes(pixels))
         row = {"path": rel, "text": text, "group": names[k], "font": names[k],
                "font_sha256": digests[k], **draws}
-        if holdout:
+        if holdout or test:
             row["split"] = "test" if names[k] in holdout else "train"
         rows.append(json.dumps(row, ensure_ascii=False, sort_keys=True))
         counts[names[k]] = counts.get(names[k], 0) + 1
@@ -403,12 +408,30 @@ def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, 
         (tmp / "real" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, tmp / "real" / rel)
         row = {"path": f"real/{rel}", "text": text, "group": "real"}
-        rows.append(json.dumps({**row, **({"split": "train"} if holdout else {})},
+        rows.append(json.dumps({**row, **({"split": "train"} if holdout or test else {})},
                                ensure_ascii=False, sort_keys=True))
     if real:
         counts["real"] = len(real)
+    if test:
+        rows += test_rows(tmp, *test)
+        counts["test-set"] = len(test[1])
     (tmp / LIST).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     return dict(sorted(counts.items()))
+
+
+def test_rows(tmp: Path, name: str, lines) -> list[str]:
+    """The held-out renderer's lines copied under tmp/name/ and their list rows."""
+    import shutil
+
+    rows = []
+    for src, rel, text, facets in sorted(lines, key=lambda r: r[1]):
+        (tmp / name / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, tmp / name / rel)
+        group = ";".join([f"renderer={name}"] + [f"{k}={facets[k]}" for k in ("font", "crop")
+                                                  if facets.get(k)])
+        rows.append(json.dumps({"path": f"{name}/{rel}", "text": text, "group": group,
+                                "split": "test"}, ensure_ascii=False, sort_keys=True))
+    return rows
 
 
 def style_dict(style: Style) -> dict:
