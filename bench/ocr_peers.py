@@ -9,9 +9,10 @@ never trained on, at tight, medium and loose crops. CER and line accuracy per (f
 crop), and CPU ms per line (user + sys of this process; the model: onnxruntime at 1 thread,
 batch 64; PP-OCRv5: one line per call at 1 thread; Tesseract: one process for all lines).
 
-Variants of the CRNN: `base` (synth_ocr's default line box and the sample's augmentation) and
+Variants of the CRNN: `base` (synth_ocr's default line box and the sample's augmentation),
 `crops` (synth_ocr --text-height 0.55 1.1 --offset -0.08 0.08 --margin 0 0.6 and
-train.aug_crop_line 0.5, the recipe of docs/ocr.md).
+train.aug_crop_line 0.5) and `wide` (--text-height 0.4 1.1 --margin 0 1.0, the same
+augmentation).
 
     python -m bench.ocr_peers [--train-lines 300] [--epochs 8] [--json out.json]
 """
@@ -30,7 +31,9 @@ HELD_OUT = ("C059-Roman", "NimbusSans-Regular", "URWGothic-Book", "URWBookman-Li
             "NimbusSansNarrow-Regular")
 DIRS = ("/usr/share/fonts",)
 CROPS_STYLE = {"text_height": (0.55, 1.1), "offset": (-0.08, 0.08), "margin": (0.0, 0.6)}
-VARIANTS = {"base": ({}, 0.0), "crops": (CROPS_STYLE, 0.5)}
+# wide: looser boxes too (text down to 0.4 of the line, margins up to a line height)
+WIDE_STYLE = {"text_height": (0.4, 1.1), "offset": (-0.08, 0.08), "margin": (0.0, 1.0)}
+VARIANTS = {"base": ({}, 0.0), "crops": (CROPS_STYLE, 0.5), "wide": (WIDE_STYLE, 0.5)}
 PPOCR_HEIGHT = 48  # PP-OCRv5's recognizer input height (its rec_image_shape 3, 48, 320)
 
 
@@ -178,7 +181,7 @@ def crnn(variant, paths, train_fonts, train_lines, epochs, seed, tests, charset,
 @click.option("--epochs", default=8, show_default=True)
 @click.option("--threads", default=2, show_default=True, help="torch threads for training.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--variants", default="base,crops", show_default=True)
+@click.option("--variants", default="base,crops,wide", show_default=True)
 @click.option("--json", "json_out", type=click.Path(path_type=Path))
 def main(fonts_dir, train_lines, test_lines, epochs, threads, seed, variants, json_out):
     """The CRNN, Tesseract and PP-OCRv5 on second-renderer lines, per fonts seen and crop."""
