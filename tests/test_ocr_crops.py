@@ -17,9 +17,9 @@ from tests.test_ocr_fonts import FIRST_LINE, FONTS, WORDS, mpl_fonts
 # 2.14 and matplotlib 3.11.2's DejaVu
 STYLES = {
     "default": ({}, FIRST_LINE),
-    "tight": ({"text_height": (1.05, 1.05), "margin": (0.0, 0.0)}, 
+    "tight": ({"text_height": (1.05, 1.05), "margin": (0.0, 0.0)},
               "bda6db7005b29eb46889f3fbabd1eb1846174d50a413884f36b3969f283244db"),
-    "loose": ({"text_height": (0.5, 0.5), "offset": (0.1, 0.1), "margin": (0.8, 0.8)}, 
+    "loose": ({"text_height": (0.5, 0.5), "offset": (0.1, 0.1), "margin": (0.8, 0.8)},
               "d465889d68e407cb6a9885f7bc960abc9b23633ea015fd6321b4cdf32204f4fe"),
     "ranges": ({"text_height": (0.55, 1.1), "offset": (-0.08, 0.08), "margin": (0.0, 0.6)},
                "b022a9f258ec3da4b386979fd3e85b71e32253bae24ceb9c45e0c193727bfe34"),
