@@ -217,6 +217,13 @@ def test_the_second_renderer_writes_a_paddle_list_that_synth_ocr_holds_out(fonts
     assert all((tmp_path / "d" / r["path"]).read_bytes() == (tmp_path / "p" / r["path"][2:])
                .read_bytes() for r in held)
     assert {r["split"] for r in rows if r["group"] == "DejaVuSans"} == {"train"}
+    # a folder it did not write is left alone
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "keep.txt").write_text("x")
+    proc = run_tool("ocr_testlines", "--fonts", fonts, "--words", words, "--lines", "2",
+                    "--out", tmp_path / "mine")
+    assert proc.returncode == 2 and "not written by ocr_testlines" in proc.stderr
+    assert (tmp_path / "mine" / "keep.txt").read_text() == "x"
     # a line-box option without --text-height: refused before anything is written
     proc = run_tool("synth_ocr", "--fonts", fonts, "--words", words, "--lines", "2", "--out",
                     tmp_path / "e", "--margin", "0", "0.5")
