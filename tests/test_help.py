@@ -8,7 +8,7 @@ from tests.conftest import ROOT
 STAGES = ["sample", "ingest", "validate", "split", "prepare", "train", "evaluate", "export",
           "report"]
 TOOLS = ["init", "predict", "serve", "verify", "doctor", "smoke", "plots_template", "synth_ocr",
-         "synth_speech", "registry"]
+         "synth_speech", "ocr_testlines", "registry"]
 MODULES = [f"stages.{name}" for name in STAGES] + [f"tools.{name}" for name in TOOLS]
 
 PROBE = """

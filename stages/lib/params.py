@@ -261,6 +261,9 @@ class Train:
     aug_texture: float = knob(0.0, at_least=0.0, at_most=1.0)
     aug_downscale: float = knob(0.0, at_least=0.0, below=1.0)
     aug_jpeg: float = knob(0.0, at_least=0.0, at_most=1.0)
+    # ocr: the line box cropped tighter or padded looser, zoom up to 1 + this either way
+    # (stages/tasks/ocr/cropaug.py); 0 = off
+    aug_crop_line: float = knob(0.0, at_least=0.0, at_most=2.0)
     # detection: half the images shrink by up to this factor onto a padded canvas; 1 = off
     aug_zoom_out: float = knob(1.0, at_least=1.0, at_most=4.0)
     # audio, SpecAugment (stages/lib/modality/audioaug.py): aug_masks time and aug_masks

@@ -26,6 +26,11 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
     return ((seed * MIX + epoch) * 2_147_483_647 + index) % (2 ** 63)
 
 
+# the OCR line knobs (stages/lib/params.py Train): each one on, alone, switches augmentation on
+LINE_KNOBS = ("aug_stretch", "aug_blur", "aug_stroke", "aug_shear", "aug_aspect",
+                    "aug_elastic", "aug_texture", "aug_downscale", "aug_jpeg", "aug_crop_line")
+
+
 def augmenting(p) -> bool:
     """True when any augmentation in the train params is on (the audio modality's SpecAugment
     and room and microphone keys among them)."""
@@ -34,8 +39,8 @@ def augmenting(p) -> bool:
     spec = (getattr(p, "aug_time_mask", 0) > 0 or getattr(p, "aug_freq_mask", 0) > 0
             or getattr(p, "aug_freq_shift", 0) > 0) and getattr(p, "aug_masks", 2) >= 0
     return (p.aug_crop_scale < 1.0 or p.aug_hflip > 0 or p.aug_rotate > 0 or p.aug_jitter > 0
-            or getattr(p, "aug_stretch", 0) > 0 or getattr(p, "aug_blur", 0) > 0 or spec
-            or active(p))
+            or spec or active(p) or any(getattr(p, key, 0) > 0 for key in LINE_KNOBS)
+            or getattr(p, "aug_zoom_out", 1.0) > 1.0)
 
 
 def bucket_batches(n: int, widths, batch_size: int, seed: int, epoch: int, rank: int = 0,

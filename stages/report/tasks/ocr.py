@@ -46,6 +46,7 @@ def evaluation(facts) -> str:
                   f"seen: training had lines of it)</span></h3>"
                   f"{table(['group', 'seen in train', 'CER', 'lines'], group_rows, 'narrow')}"
                   if group_rows else "")
+    renderer_html = held_out_renderer(facts)
     sheet = worst_sheet(facts, "worst test lines: image, truth, prediction", "line")
     return lead(facts, "lines", len(bad), lower) + f"""
 <div class="grid2">
@@ -53,7 +54,7 @@ def evaluation(facts) -> str:
 {table(["class", "accuracy"], class_rows, "numeric")}</div>
 <div><h3>CER distribution <span class="muted small">(lines per CER bin)</span></h3>
 {table(["CER", "lines"], hist_rows, "numeric")}</div>
-</div>{group_html}
+</div>{group_html}{renderer_html}
 <h3>Worst lines <span class="muted small">(highest CER first; black: truth, red: prediction)
 </span></h3>
 {sheet}
@@ -61,3 +62,18 @@ def evaluation(facts) -> str:
 <h3>Character confusions <span class="muted small">(truth -> predicted, most frequent
 first)</span></h3>
 {table(["truth", "predicted", "count"], pair_rows, "narrow")}"""
+
+
+def held_out_renderer(facts) -> str:
+    """The held-out renderer's CER per font (seen in train or not), per crop tightness and on
+    the fonts seen against unseen (plots/eval/per_renderer.csv; "" without it)."""
+    if "per_renderer.csv" not in facts.eval_files:
+        return ""
+    rows = [f"<tr><td>{esc(r['renderer'])}</td><td>{esc(r['by'])}</td>"
+            f"<td>{esc(r['value'])}</td><td>{esc(r['seen'])}</td>"
+            f"{num('per_renderer.' + r['renderer'] + '.' + r['value'] + '.cer', float(r['cer']))}"
+            f"{num('per_renderer.' + r['renderer'] + '.' + r['value'] + '.lines', int(r['lines']))}"
+            f"</tr>" for r in eval_file(facts, "per_renderer.csv")]
+    return (f"<h3>Held-out renderer <span class=\"muted small\">(test lines another renderer "
+            f"drew: per font, crop tightness, fonts seen in train or not)</span></h3>"
+            f"{table(['renderer', 'by', 'value', 'font seen', 'CER', 'lines'], rows, 'narrow')}")

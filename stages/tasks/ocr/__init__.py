@@ -22,20 +22,22 @@ class OCR(CtcText):
         return np.concatenate([outputs, pad], axis=1)
 
     secondary_metrics = ("wer", "line_accuracy")
-    # what a project on one's own data starts from (tools.init), and the built-in sample too.
+    # what a project on one's own data starts from (tools.init), and the built-in sample too
+    # (but the crop of the line box: lines of any tightness for one's own data, docs/ocr.md).
     # near_dup_distance -1: a perceptual hash of a wide line says little of its text, so
     # different lines would be grouped as lookalikes
     recipe = {
         "train.model": "crnn", "train.epochs": 12, "train.batch_size": 32, "train.lr": 0.003,
         "train.warmup_epochs": 1, "train.grad_clip": 5.0,
         "train.aug_rotate": 1.5, "train.aug_stretch": 0.15, "train.aug_blur": 0.3,
-        "train.aug_jitter": 0.1,
+        "train.aug_jitter": 0.1, "train.aug_crop_line": 0.5,
         "validate.near_dup_distance": -1,
     }
     # The params the built-in sample needs besides `task: ocr` and `data.source`.
     sample_params = {
         "sample.lines": 2400,
         "prepare.height": 32, "prepare.width": 192, **recipe,
+        "train.aug_crop_line": 0.0,  # the sample's lines keep the crop they were drawn with
     }
     layouts = ("rec_gt.txt (path<TAB>text per line), a *.jsonl list ({\"path\", \"text\"} "
                "per line) or x.png beside x.txt")
@@ -53,7 +55,8 @@ class OCR(CtcText):
     task_keys = ("sample.lines", "validate.charset", "validate.max_aspect", "train.aug_stretch",
                  "train.aug_blur", "train.aug_stroke", "train.aug_shear", "train.aug_aspect",
                  "train.aug_elastic", "train.aug_texture", "train.aug_downscale",
-                 "train.aug_jpeg", "prepare.height", "prepare.width", "prepare.width_buckets",
+                 "train.aug_jpeg", "train.aug_crop_line", "prepare.height", "prepare.width",
+                 "prepare.width_buckets",
                  "export.width_buckets")
 
     def param_problems(self, params, others):

@@ -3,11 +3,11 @@ contrast/brightness and pixel noise. Every draw comes from a generator seeded by
 (seed, epoch, index) seed, always in the same order, so a knob switched on or off never moves
 the draws of another. The transcript never changes: the squeeze is anchored at the left edge
 and never stretches (that could push the line's end out of the frame). The stroke-changing
-knobs (strokeaug.py) act after the rotation and before the blur and the noise; at 0 they change
-nothing."""
+knobs (strokeaug.py) act after the rotation and before the blur and the noise; the crop of the
+line box (cropaug.py, aug_crop_line) before everything; at 0 they change nothing."""
 import math
 
-from stages.tasks.ocr import strokeaug
+from stages.tasks.ocr import cropaug, strokeaug
 
 
 def augment(x, p, seed: int):
@@ -18,6 +18,9 @@ def augment(x, p, seed: int):
     u = torch.rand(8, generator=g).tolist()
     noise = torch.randn(x.shape, generator=g)
     more = strokeaug.draws(g, x.shape)  # after every older draw: those stay where they were
+    box = cropaug.draws(g)  # after the stroke knobs' draws
+    if p.aug_crop_line > 0:  # first: the other knobs act on the line as that box cut it
+        x = cropaug.augment(x, p.aug_crop_line, box)
     c = x.shape[0]
     squeeze = 1 - u[0] * p.aug_stretch  # width factor in [1 - aug_stretch, 1]
     angle = math.radians((2 * u[1] - 1) * p.aug_rotate)
@@ -48,8 +51,8 @@ def augment_batch(x, p, seeds):
     one batched affine grid_sample, the blur one grouped convolution kept where drawn (line by
     line on the CPU, where the batched kernel rounds differently), the jitter and noise the
     same float32 ops: identical to augment on the CPU (tests/test_augment_batch.py).
-    The stroke augmentations (strokeaug.py), when on, run line by line between them (exact;
-    not yet batched)."""
+    The stroke augmentations (strokeaug.py), when on, run line by line between them, and the
+    line-box crop (cropaug.py) line by line before them (exact; not yet batched)."""
     import torch
     import torch.nn.functional as F
 
@@ -60,6 +63,10 @@ def augment_batch(x, p, seeds):
     u, _, gens = ib.draws(seeds)
     noise = torch.stack([torch.randn((c, h, w), generator=g) for g in gens]) if n else None
     more = [strokeaug.draws(g, (c, h, w)) for g in gens]
+    boxes = [cropaug.draws(g) for g in gens]
+    if p.aug_crop_line > 0:  # line by line, as augment (exact; not batched)
+        x = torch.stack([cropaug.augment(xi, p.aug_crop_line, b)
+                         for xi, b in zip(x, boxes, strict=True)]) if n else x
     rows = u.tolist()
     thetas, warp = [], []
     for r in rows:

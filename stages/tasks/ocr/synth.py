@@ -45,6 +45,39 @@ class Style:
     noise: tuple = (0.0, 8.0)  # Gaussian noise standard deviation, grey levels
     words: int = 3  # words per line, at most
     max_chars: int = 24  # characters per line, at most
+    # The crop of the line box (docs/ocr.md). text_height: the font size as a fraction of the
+    # line height, drawn from this range (0.55: a loose crop, 1.1: a detector's tight box that
+    # may clip descenders); None: the font's own box (ascent + descent) with size/4 above and
+    # below, about 0.6. offset: the text's centre moved by this share of the line height (with
+    # text_height). margin: each side's space beyond the ink, in line heights (with
+    # text_height; None: size/4). Their draws come after every other draw, and None draws
+    # nothing: a style without them writes the bytes it always wrote.
+    text_height: tuple | None = None
+    offset: tuple = (0.0, 0.0)
+    margin: tuple | None = None
+
+
+# crop tightness of a line, by its drawn text_height (the font size over the line height):
+# below the first bound loose, below the second medium, else tight
+TIGHTNESS = ((0.7, "loose"), (0.9, "medium"), (float("inf"), "tight"))
+
+
+def tightness(text_height: float) -> str:
+    return next(name for bound, name in TIGHTNESS if text_height < bound)
+
+
+def check_style(style: Style) -> Style:
+    """style, or a ValueError naming the option (tools.synth_ocr's flag) out of range."""
+    ranges = (("--text-height", style.text_height, 0.2, 2.0),
+              ("--offset", style.offset, -0.5, 0.5), ("--margin", style.margin, 0.0, 4.0))
+    for flag, r, lo, hi in ranges:
+        if r is not None and not (len(r) == 2 and lo <= r[0] <= r[1] <= hi):
+            raise ValueError(f"{flag} {' '.join(map(str, r))}: give LOW HIGH with "
+                             f"{lo} <= LOW <= HIGH <= {hi}")
+    if style.text_height is None and (style.offset != (0.0, 0.0) or style.margin is not None):
+        raise ValueError("--offset/--margin place the text in a line box of --text-height: "
+                         "give --text-height LOW HIGH too (0.55 1.1: loose to tight crops)")
+    return style
 
 
 def find_fonts(folder: Path) -> list[Path]:
@@ -155,8 +188,9 @@ def render(font_path: Path, text: str, rng, style: Style):
     ink = int(rng.integers(0, max(paper - style.contrast, 0) + 1))
     blur = float(rng.uniform(*style.blur))
     sigma = float(rng.uniform(*style.noise))
+    box = crop_draws(rng, style, size)  # None without style.text_height: no draw
     ascent, descent = font.getmetrics()
-    pad = size // 4
+    pad = size // 4 if box is None else box["pad"]
     advances = [font.getlength(c) for c in text]
     width = int(sum(advances) + tracking * max(len(text) - 1, 0)) + 2 * pad + size
     height = ascent + descent + 2 * pad
@@ -172,7 +206,9 @@ def render(font_path: Path, text: str, rng, style: Style):
                               (1, shear, -shear * height / 2, 0, 1, 0),
                               resample=Image.Resampling.BILINEAR)
     cols = np.nonzero(np.asarray(mask).max(axis=0))[0]
-    if len(cols):
+    if box is not None:
+        mask = crop_box(mask, cols, box, pad + ascent)
+    elif len(cols):
         left, right = max(int(cols[0]) - pad, 0), min(int(cols[-1]) + pad + 1, mask.size[0])
         mask = mask.crop((left, 0, right, height))
     if blur > 0.05:
@@ -184,7 +220,38 @@ def render(font_path: Path, text: str, rng, style: Style):
     line = line.resize((out_w, style.height), Image.Resampling.LANCZOS)
     draws = {"size": size, "tracking": round(tracking / size, 4), "shear": round(shear, 4),
              "paper": paper, "ink": ink, "blur": round(blur, 3), "noise": round(sigma, 3)}
+    if box is not None:
+        draws.update({k: round(box[k], 4) for k in ("text_height", "offset")},
+                     margin=[round(m, 4) for m in box["margin"]],
+                     crop=tightness(box["text_height"]))
     return np.asarray(line), draws
+
+
+def crop_draws(rng, style: Style, size: int):
+    """The line box's draws (text height, offset, left and right margins) and the canvas pad
+    that holds any of them; None (nothing drawn) without style.text_height."""
+    if style.text_height is None:
+        return None
+    frac = float(rng.uniform(*style.text_height))
+    offset = float(rng.uniform(*style.offset))
+    line = size / frac  # the line's height at the rendered size
+    margin = [float(m) for m in rng.uniform(*style.margin, 2)] if style.margin is not None \
+        else [size / 4 / line] * 2
+    return {"text_height": frac, "offset": offset, "margin": margin, "line": line,
+            "pad": int(line) + size}
+
+
+def crop_box(mask, cols, box: dict, baseline: int):
+    """mask cut to the line box: `line` pixels high around the text's centre (0.35 font sizes
+    above the baseline, moved by offset line heights), from the first inked column less the
+    left margin to the last plus the right one (Pillow fills what lies outside with 0)."""
+    line = box["line"]
+    size = line * box["text_height"]
+    top = round(baseline - 0.35 * size - line / 2 + box["offset"] * line)
+    first, last = (int(cols[0]), int(cols[-1])) if len(cols) else (0, 0)
+    left = first - round(box["margin"][0] * line)
+    right = last + 1 + round(box["margin"][1] * line)
+    return mask.crop((left, top, right, top + max(1, round(line))))
 
 
 def png_bytes(pixels) -> bytes:
@@ -273,22 +340,28 @@ def draw_line(font: Path, words, style: Style, seed: int, i: int, max_aspect: fl
 
 def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
                charset: str = "", holdout=(), style: Style = Style(), real=(), real_dir=None,
-               max_aspect: float = 2.0) -> dict:
+               max_aspect: float = 2.0, test=None, test_dir=None) -> dict:
     """Write `lines` lines under out/images/ and their list out/lines.jsonl ({"path", "text",
     "group": the font, "font", "font_sha256", "split" (with holdout: test for a held-out font,
     else train), and the draws}); the counts per font. real: [(file, relative path, text)] of
     the user's own lines (from real_dir), copied under out/real/ and listed with group `real`
     (split train with holdout). Every line passes validate's aspect check at max_aspect (its
     default, 2.0; 0: unchecked). Written to a marked temp folder then renamed, so `out`
-    appears whole; an existing `out` is replaced only when synth_ocr wrote it (check_out)."""
+    appears whole; an existing `out` is replaced only when synth_ocr wrote it (check_out).
+    test: (name, [(file, relative path, text, facets)]) of a held-out renderer's lines (from
+    test_dir), copied under out/<name>/ with split test and the faceted group
+    `renderer=NAME;font=...;crop=...` (stages/tasks/ocr/groups.py); every other line then gets
+    a split too (train, or test for a held-out font)."""
     import os
     import shutil
 
     fonts_dir, out = Path(fonts_dir), Path(out)
     check_out(out, [("--fonts", fonts_dir), ("--words", words_file)]
-              + ([("--real", real_dir)] if real_dir else []))
+              + ([("--real", real_dir)] if real_dir else [])
+              + ([("--test-set", test_dir)] if test_dir else []))
     if not 1 <= lines <= MAX_LINES:
         raise ValueError(f"--lines {lines}: give 1 to {MAX_LINES}")
+    check_style(style)
     fonts = find_fonts(fonts_dir)
     words = read_words(words_file, charset)
     names = [font_name(f, fonts_dir) for f in fonts]
@@ -301,7 +374,7 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     tmp = temp_folder(out)
     try:
         counts = write_lines(tmp, fonts, names, digests, words, lines, seed, holdout, style,
-                             real, max_aspect)
+                             real, max_aspect, test)
         if out.exists():  # synth_ocr's own (check_out): moved aside, then removed
             old = out.with_name(f".{out.name}.synth_ocr-{os.getpid()}.old")
             os.replace(out, old)
@@ -315,7 +388,7 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
 
 
 def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, holdout,
-                style: Style, real, max_aspect: float) -> dict:
+                style: Style, real, max_aspect: float, test=None) -> dict:
     import shutil
 
     digits = max(5, len(str(lines - 1)))
@@ -327,7 +400,7 @@ def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, 
         (tmp / rel).write_bytes(png_bytes(pixels))
         row = {"path": rel, "text": text, "group": names[k], "font": names[k],
                "font_sha256": digests[k], **draws}
-        if holdout:
+        if holdout or test:
             row["split"] = "test" if names[k] in holdout else "train"
         rows.append(json.dumps(row, ensure_ascii=False, sort_keys=True))
         counts[names[k]] = counts.get(names[k], 0) + 1
@@ -335,12 +408,30 @@ def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, 
         (tmp / "real" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, tmp / "real" / rel)
         row = {"path": f"real/{rel}", "text": text, "group": "real"}
-        rows.append(json.dumps({**row, **({"split": "train"} if holdout else {})},
+        rows.append(json.dumps({**row, **({"split": "train"} if holdout or test else {})},
                                ensure_ascii=False, sort_keys=True))
     if real:
         counts["real"] = len(real)
+    if test:
+        rows += test_rows(tmp, *test)
+        counts["test-set"] = len(test[1])
     (tmp / LIST).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     return dict(sorted(counts.items()))
+
+
+def test_rows(tmp: Path, name: str, lines) -> list[str]:
+    """The held-out renderer's lines copied under tmp/name/ and their list rows."""
+    import shutil
+
+    rows = []
+    for src, rel, text, facets in sorted(lines, key=lambda r: r[1]):
+        (tmp / name / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, tmp / name / rel)
+        group = ";".join([f"renderer={name}"] + [f"{k}={facets[k]}" for k in ("font", "crop")
+                                                  if facets.get(k)])
+        rows.append(json.dumps({"path": f"{name}/{rel}", "text": text, "group": group,
+                                "split": "test"}, ensure_ascii=False, sort_keys=True))
+    return rows
 
 
 def style_dict(style: Style) -> dict:
