@@ -70,8 +70,7 @@ def ours(clips, run: Path) -> tuple[list[str], list[float], float]:
     texts, conf, cpu = [], [], 0.0
     for path, _ in clips:
         start = time.process_time()
-        x = model.modality.read(path, model.image_size, model.channels, 1 << 30,
-                                model.letterbox)
+        x = model.modality.read(path, model.spec)
         [pred] = predict_batch(model, [x], 1)
         cpu += time.process_time() - start
         texts.append(pred.get("text", pred.get("label", "")))

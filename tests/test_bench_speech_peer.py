@@ -8,6 +8,7 @@ import pytest
 from bench import speech_peer
 from stages.tasks.common import festival_synth
 from tests.conftest import missing_tool
+from tests.test_hardening4_audio import audio_model, tone, wav  # noqa: F401 - its fixture
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +39,13 @@ def test_the_keyword_grammar_answers_one_word():
     text = speech_peer.grammar("audio", WORDS)
     assert "public <line> = <word>;" in text and "<word> = yes | no | up" in text
     assert "public <line> = <word>+;" in speech_peer.grammar("speech", ["one", "two"])
+
+
+def test_ours_reads_each_clip_through_the_models_spec(tmp_path, audio_model):  # noqa: F811
+    """The bench's own side: each clip read with the model's input spec and predicted by the
+    exported model in the run folder (a tiny keyword model favouring `yes`)."""
+    (tmp_path / "models").mkdir()
+    shutil.copy(audio_model, tmp_path / "models/model.onnx")
+    clips = [(wav(tmp_path / f"{i}.wav", tone(16000, 0.3 + 0.2 * i)), "yes") for i in range(3)]
+    texts, conf, cpu = speech_peer.ours(clips, tmp_path)
+    assert texts == ["yes"] * 3 and all(0.5 < c <= 1 for c in conf) and cpu > 0
