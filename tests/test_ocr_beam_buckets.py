@@ -92,7 +92,7 @@ def test_bucket_widths_are_checked_against_the_model():
     from stages.tasks.classification import TASK as CLASSIFICATION
     from stages.tasks.ocr import TASK as OCR
 
-    meta = {"image_size": [32, 192]}
+    meta = {"image_size": [32, 192], "channels": 1}
     assert bucket_widths(Export(width_buckets=[64, 192]), OCR, meta) == [64]
     assert bucket_widths(Export(), CLASSIFICATION, {"image_size": 64}) == []
     with pytest.raises(StageError, match=r"\[98\] not a multiple of 4"):
