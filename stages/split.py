@@ -88,6 +88,21 @@ def carved(rows) -> list[str]:
     return [name for name in ("val", "test") if name not in present]
 
 
+def ignored_own_split(rows, by: str) -> list[str]:
+    """A warning when the data names its own val or test files (a dataset's test list,
+    synth_ocr --test-set's held-out renderer, synth_speech --holdout) but split.by is not
+    given: those files are split by the rule instead, some of them into train."""
+    own = {}
+    for r in rows:
+        if (r.get("split") or "") in ("val", "test"):
+            own.setdefault(r["split"], []).append(r["path"])
+    if by == "given" or not own:
+        return []
+    named = ", ".join(f"{len(v)} as {k} (e.g. {min(v)})" for k, v in sorted(own.items()))
+    return [f"split: warning: the data names its own split ({named}), but split.by is {by}: "
+            f"they are split by {by}, some into train; set split.by: given to keep them"]
+
+
 def by_given(rows, keys, seed, val, test) -> dict[str, str]:
     """{path: split} from each row's own `split` (train, val or test). A split no row is in
     (val, test or both) is carved from train by the hash rule: a train group goes to test when
@@ -249,6 +264,8 @@ def main(params_path):
     fields = split_fields(task)
     fingerprint = task.modality.fingerprint
     where, keys = plan(rows, p.seed, p.val, p.test, p.by, distance, fingerprint)
+    for line in ignored_own_split(rows, p.by):
+        click.echo(line, err=True)
     splits = {name: [] for name in SPLITS}
     for r in sorted(rows, key=lambda r: r["path"]):
         splits[where[r["path"]]].append({k: r[k] for k in fields})

@@ -296,6 +296,26 @@ def test_given_split_from_labels_csv_and_files_without_one_are_named(tmp_path):
     assert len(hashed) == len(rows)
 
 
+def test_a_split_of_the_datas_own_ignored_by_the_rule_is_warned_of(tmp_path):
+    """Data that names its own val/test files (a test list, synth_ocr --test-set) under
+    split.by hash: the stage warns, naming the counts, an example and the fix."""
+    from stages.ingest import build_manifest
+    from stages.split import ignored_own_split
+
+    given_tree(tmp_path / "raw", with_val=True)
+    rows = build_manifest(tmp_path / "raw", 2)
+    [line] = ignored_own_split(rows, "hash")
+    tests = sorted(r["path"] for r in rows if r["path"].startswith("test/"))
+    vals = sorted(r["path"] for r in rows if r["path"].startswith("val/"))
+    assert tests and vals
+    assert f"{len(tests)} as test (e.g. {tests[0]})" in line and f"{len(vals)} as val" in line
+    assert "split.by is hash" in line and "set split.by: given" in line
+    assert ignored_own_split(rows, "given") == []
+    assert ignored_own_split([{**r, "split": "train"} for r in rows], "time") == []
+    assert ignored_own_split([{k: v for k, v in r.items() if k != "split"} for r in rows],
+                             "hash") == []
+
+
 def test_split_stage_keeps_a_given_split_and_reports_its_leakage(tmp_path):
     import json
 
