@@ -100,10 +100,8 @@ class Predict:
         cost, draft = await loop.run_in_executor(state.headers, partial(
             model.modality.read_header, source, model.spec, limit, self.config.budget_bytes))
         await state.budget.acquire(cost)
-        drafted = getattr(model.modality, "read_drafted", None)  # images: a reduced decode
-        decode = loop.run_in_executor(state.decoders, partial(
-            drafted, source, model.image_size, model.channels, draft, model.letterbox)
-            if drafted else partial(model.modality.read, source, model.spec, limit))
+        decode = loop.run_in_executor(state.decoders, partial(  # draft: a reduced decode
+            model.modality.read, source, model.spec, limit, draft))
 
         def done(future):
             state.budget.release(cost, decoded=not future.cancelled())

@@ -33,14 +33,15 @@ input limit (validate.max_pixels, validate.max_seconds) ingest passes to inspect
   augmentation of one model input); optional, outside INTERFACE: augment_batch(x, p, seeds)
   (the same as batched tensor ops on the batch's device; without it a task augments per
   sample).
-- predict, serve: read(src, spec, limit) (the guarded decode: a modality.errors.BadInput
-  naming what is wrong), read_header(src, spec, limit, budget) (the decode's cost, and a
-  reduced decode or None, before decoding), sized(array, source_size), warmup_input(spec)
+- predict, serve: read(src, spec, limit[, draft]) (the guarded decode: a
+  modality.errors.BadInput naming what is wrong; draft, after read_header: what it chose),
+  read_header(src, spec, limit, budget) (the decode's cost, and a reduced decode or None,
+  before decoding), sized(array, source_size), warmup_input(spec)
   (an input the model can run on before any request).
 - train, export, predict: recipe_keys(meta) (the stored recipe's keys: what a model carries
   of meta.json), shape_of(meta) (what its stored samples look like: evaluate's comparison).
-- image only (asked where the spec has them): LETTERBOX, line_buckets, bucket_width,
-  read_drafted (stages/lib/modality/image.py).
+- image only (asked where the spec has them): LETTERBOX, line_buckets, bucket_width
+  (stages/lib/modality/image.py).
 - evaluate's plots, the reports: thumbnail(ax, sample) (one stored sample drawn on a
   matplotlib axis), WORDS ({"item", "items"}: what the pages call inputs), describe(meta)
   (the stored input in words), ONLY_KEYS (the params only this modality's tasks read: another

@@ -86,9 +86,10 @@ def _header(src, max_seconds: float):
     return frames, rate, ch
 
 
-def read(src, spec, limit: float = 0):
+def read(src, spec, limit: float = 0, draft=None):  # noqa: ARG001 - the interface's
     """uint8 n_mels x frames x 1 from a path or a binary file object, as prepare stores it
-    (spec: the model's AudioSpec; limit: the longest clip, in seconds, 0 = MAX_SECONDS only);
+    (spec: the model's AudioSpec; limit: the longest clip, in seconds, 0 = MAX_SECONDS only;
+    draft: read_header's, always None: a clip has no reduced decode);
     raise BadInput naming what is wrong (not a sound file, truncated, over the limits, or one
     of validate's blocking per-file checks: zero frames, NaN or infinite samples, more than
     MAX_CHANNELS channels; the audio gate's own messages)."""

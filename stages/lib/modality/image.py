@@ -18,7 +18,7 @@ from stages.lib.modality.imagecore import (  # noqa: F401
     line_buckets, normalize, normalize_tensor, thumbnail)
 from stages.lib.modality.imagefit import choose_shape, header, header_facts  # noqa: F401
 from stages.lib.modality.imagegate import CHECKS, check_columns, expectations, reason  # noqa: F401
-from stages.lib.modality.imageserve import read_drafted, sized  # noqa: F401
+from stages.lib.modality.imageserve import sized  # noqa: F401
 from stages.lib.modality.imagespec import (  # noqa: F401
     LIMIT, ImageSpec, decode, input_shape, read, read_header, stored, warmup_input)
 
@@ -26,8 +26,7 @@ from stages.lib.modality.spec import recipe_keys, shape_of  # noqa: F401,E402
 
 Spec = ImageSpec  # the modality's input spec (INTERFACE)
 # image only, outside INTERFACE (asked where the spec has them): LETTERBOX (what meta.json
-# records of a letterboxed input), line_buckets and bucket_width (text lines' width buckets),
-# read_drafted (a JPEG decoded at a reduced scale, when read_header chose one)
+# records of a letterboxed input), line_buckets and bucket_width (text lines' width buckets)
 
 # what the reports call one input and several, and the params only image tasks read (another
 # modality's run report leaves them out)

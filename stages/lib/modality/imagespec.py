@@ -60,6 +60,9 @@ def warmup_input(spec):
     return black(spec.size, spec.channels)
 
 
+HEADER_UNREAD = object()  # read's draft when no read_header came first (predict)
+
+
 def decode(path, spec, facts=None, sizes=None):
     """imagecore.decode of one file as spec says (size, channels, letterbox)."""
     from stages.lib.modality.imagecore import decode as decode_file
@@ -67,12 +70,18 @@ def decode(path, spec, facts=None, sizes=None):
     return decode_file(path, spec.size, spec.channels, spec.letterbox, facts, sizes)
 
 
-def read(src, spec, limit: int = 0):
+def read(src, spec, limit: int = 0, draft=HEADER_UNREAD):
     """imageserve.read (the guarded decode) of one input as spec says; limit: the most pixels
-    (0: the modality's default, MAX_PIXELS)."""
+    (0: the modality's default, MAX_PIXELS). draft, when read_header has read this input's
+    header (serve): what it chose, a reduced decode (a JPEG decoded at a reduced scale) or None,
+    and the pixels are decoded without reading the header's limits again
+    (imageserve.read_drafted)."""
     from stages.lib.modality.imagegate import MAX_PIXELS
     from stages.lib.modality.imageserve import read as read_image
+    from stages.lib.modality.imageserve import read_drafted
 
+    if draft is not HEADER_UNREAD:
+        return read_drafted(src, spec.size, spec.channels, draft, spec.letterbox)
     return read_image(src, spec.size, spec.channels, limit or MAX_PIXELS, spec.letterbox)
 
 
