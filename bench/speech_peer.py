@@ -6,10 +6,11 @@ trained on, Festival's three English voices, written by tools.synth_speech's ren
 PocketSphinx: Debian's `pocketsphinx` 0.8+5prealpha (`pocketsphinx_batch`, the `en-us` model
 of `pocketsphinx-en-us`, cmudict), with a JSGF grammar of the task's words (speech: one or more
 digits; audio: exactly one of the 20 keywords). Ours: the run's models/model.onnx through
-onnxruntime (tools.inference, as predict: the modality's read, greedy decoding), one clip at a
-time. Reported per set: CER, WER, line accuracy (speech) or top-1 (audio), and CPU seconds per
-clip (ours: this process's CPU around read + inference; PocketSphinx: its process's CPU,
-model loading included, over the clips).
+onnxruntime (tools.inference, as predict: the modality's read, its decoding, within the
+lexicon when the model has one), one clip at a time. Reported per set: CER, WER, line
+accuracy (speech) or top-1 (audio), and CPU seconds per clip (ours: this process's CPU
+around read + inference; PocketSphinx: its process's CPU, model loading included, over the
+clips).
 
     python -m bench.speech_peer --run /tmp/speech-run [--clips 240] [--seed 55]
 """

@@ -35,6 +35,12 @@ def test_the_run_scores_text_and_keeps_voices_apart(speech_project):
     assert sum(int(r["clips"]) for r in by_duration) == metrics["clips"]
     meta = json.loads((speech_project / "data/processed/meta.json").read_text())
     assert meta["image_size"]["frames"] == 321 and meta["blank"] == 0
+    # the lexicon: the train split's words; every answer is spelled in them
+    from stages.tasks.speech.sample import WORDS
+
+    assert meta["lexicon"] == sorted(WORDS) and metrics["lexicon_words"] == len(WORDS)
+    assert {"cer_greedy", "wer_greedy"} <= set(metrics)
+    assert all(set(r["predicted"].split()) <= set(WORDS) for r in predictions)
     assert set(meta["charset"]) <= set("abcdefghijklmnopqrstuvwxyz ")
     group_of = {r["path"]: r["group"] for r in read_csv(speech_project / "data/manifest.csv")}
     voices = {}
@@ -88,9 +94,12 @@ def test_predict_writes_a_row_for_every_file_and_exits_3(speech_project, tmp_pat
     assert rows["cut.wav"]["text"] == "" and rows["cut.wav"]["confidence"] is None
     charset = set(json.loads((speech_project / "data/processed/meta.json").read_text())[
         "charset"])
+    lexicon = set(json.loads((speech_project / "data/processed/meta.json").read_text())[
+        "lexicon"])
     for p in src:
         row = rows[p.name]
         assert row["error"] == "" and set(row["text"]) <= charset
+        assert set(row["text"].split()) <= lexicon
         assert 0 <= row["confidence"] <= 1 and row["uncertain"] is False
     assert rows["cut.wav"]["uncertain"] is None
     # --min-confidence: a clip under it is answered as uncertain, its text kept

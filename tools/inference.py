@@ -150,7 +150,8 @@ def load_torch(path, threads: int = 0) -> Model:
     task = get(meta.get("task", DEFAULT_TASK))
     return Model("torch", path.name, sha256=sha256_file(path), runner=run,
                  info={"torch": torch.__version__, "architecture": meta.get("model", "")},
-                 task=task, meta={k: meta[k] for k in task.meta_keys},
+                 task=task, meta={k: meta[k] for k in task.meta_keys if k in meta
+                                   or k not in task.optional_meta_keys},
                  width_buckets=meta.get("width_buckets", []),  # prepare.width_buckets' list
                  letterbox=meta.get(LETTERBOX, False), **{k: meta[k] for k in RECIPE})
 
@@ -162,14 +163,15 @@ def task_and_meta(props: dict, path):
     from stages.tasks import get
 
     task = get(json.loads(props.get("task", json.dumps(DEFAULT_TASK))))
-    missing = [k for k in (*task.meta_keys, *RECIPE) if k not in props]
+    missing = [k for k in (*task.meta_keys, *RECIPE) if k not in props
+               and k not in task.optional_meta_keys]
     if missing:
         raise StageError(f"{path}: metadata lacks {', '.join(missing)}; export it with "
                          f"`python -m stages.export`.")
     return (task, {**{k: json.loads(props[k]) for k in RECIPE},
                    LETTERBOX: json.loads(props.get(LETTERBOX, "false"))},
             {k: json.loads(props[k]) for k in (*task.meta_keys, *task.decode_metadata)
-             if k in props or k in task.meta_keys})
+             if k in props})
 
 
 def load_openvino(path, threads: int = 0) -> Model:

@@ -58,6 +58,9 @@ class Task:
     checks: dict = {}  # {check: (kind, description)}: the task's own validate checks
     annotation_errors: tuple = ()  # error kinds read_annotations may set (blocking checks)
     meta_keys: tuple = ()  # keys of data/processed/meta.json the task owns; models carry them
+    # meta_keys a model made before the key existed may lack (predict and serve read it as
+    # absent: speech's lexicon, absent = decode freely)
+    optional_meta_keys: tuple = ()
     target_dtype = "int64"  # numpy dtype of the stored targets (data/processed/<split>/targets-*)
     val_metric = "metric"  # train logs val/<val_metric> and metrics/train.json val_<val_metric>
     val_higher_is_better = True

@@ -3,6 +3,7 @@ spectrogram by the audio modality (stages/lib/modality/audio.py), a small CNN, a
 single-label family's loss, metrics and outputs (stages/tasks/common/singlelabel/), its bad
 cases drawn as spectrograms."""
 from stages.lib.modality.audiogate import RATE_CHECK
+from stages.lib.modality.audioroom import RECIPE as ROOM_RECIPE
 from stages.tasks.audio import annotations
 from stages.tasks.common.singlelabel import SingleLabel
 
@@ -33,6 +34,7 @@ class Audio(SingleLabel):
         # 0.984 -> 0.938 and Festival's clips 0.104 -> 0.075 (docs/speech.md)
         "train.aug_time_mask": 0, "train.aug_freq_mask": 0, "train.aug_masks": 2,
         "train.aug_freq_shift": 0,
+        **ROOM_RECIPE,  # the room and the microphone (audioroom.py)
         "prepare.mean": "auto", "prepare.std": "auto",
         "validate.min_seconds": 0.1, "validate.max_seconds": 30.0,
         "validate.silence_db": -60.0, "validate.max_clipped": 0.01,

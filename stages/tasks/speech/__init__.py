@@ -4,6 +4,7 @@
 test split (greedy and beam), text out. The CTC decoding, loss and text metrics are the ones
 OCR uses (stages/tasks/common/ctc.py)."""
 from stages.lib.modality.audiogate import RATE_CHECK
+from stages.lib.modality.audioroom import RECIPE as ROOM_RECIPE
 from stages.tasks.common.ctctext import CtcText
 from stages.tasks.speech import annotations, checks
 
@@ -31,6 +32,7 @@ class Speech(CtcText):
         "train.model": "cnn_bigru", "train.epochs": 20, "train.batch_size": 32,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.grad_clip": 5.0,
         "train.aug_time_mask": 12, "train.aug_freq_mask": 6, "train.aug_masks": 2,
+        **ROOM_RECIPE,  # the room and the microphone (audioroom.py)
         "prepare.mean": "auto", "prepare.std": "auto",
         "validate.min_seconds": 0.1, "validate.silence_db": -60.0,
         "validate.max_clipped": 0.01,
@@ -51,6 +53,29 @@ class Speech(CtcText):
     )
     models = ("cnn_bigru", "cnn_bigru_small", "cnn_bigru_large")  # model.py SIZES
     task_keys = TASK_KEYS
+    # lexicon: the train split's words (a closed vocabulary) that decoding spells with
+    # (lexicon.py); [] for an open vocabulary; absent from models made before it
+    meta_keys = (*CtcText.meta_keys, "lexicon")
+    optional_meta_keys = ("lexicon",)
+
+    def prepare_meta(self, splits):
+        from stages.tasks.speech.lexicon import words_of
+
+        return {**super().prepare_meta(splits), "lexicon": words_of(splits["train"])}
+
+    def decode(self, outputs, meta, k):
+        """With a lexicon (meta["lexicon"], the train split's words), a prefix beam search
+        within it of width meta["beam"] (--beam; lexicon.WIDTH when not given); without one,
+        as OCR decodes (greedy, or --beam's free search). uncertain: the confidence is below
+        meta["min_confidence"]."""
+        if not meta.get("lexicon"):
+            return super().decode(outputs, meta, k)
+        from stages.tasks.speech.lexicon import WIDTH, decode
+
+        floor = meta.get("min_confidence") or 0.0
+        return [{"text": t, "confidence": c, "uncertain": c < floor}
+                for t, c in decode(outputs, meta["charset"], meta["lexicon"],
+                                   meta.get("beam") or WIDTH)]
 
     @property
     def sample_params(self):

@@ -1,9 +1,11 @@
-"""Speech evaluation on the fixed test split: CER (the headline) and WER with jiwer, by greedy
-decoding (what predict and serve answer by default) and by CTC prefix beam search of width BEAM
-(their --beam), clip accuracy, how well the greedy confidence tells right clips from wrong ones
-(confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), CER by clip
-duration and by transcript length, CER per speaker (the manifest's group), and the worst
-clips.
+"""Speech evaluation on the fixed test split: CER (the headline) and WER with jiwer, by the
+decoding predict and serve answer with by default (within the lexicon when prepare wrote one:
+lexicon.py, at its width; else greedy), the same by greedy decoding when there is a lexicon
+(cer_greedy, wer_greedy: the frames alone) and by free CTC prefix beam search of width BEAM
+(cer_beam, wer_beam), clip accuracy, how well the answered confidence tells right clips from
+wrong ones (confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), CER
+by clip duration and by transcript length, CER per speaker (the manifest's group), and the
+worst clips.
 
 The truth is the transcript in data/split/test.csv (not the encoded target, which drops
 characters the training split never had: those count as errors here).
@@ -73,8 +75,17 @@ def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
     truths = [truth_of[s] for s in paths]
     seconds = [float(facts.get(s, {}).get("duration") or 0) for s in paths]
     decoded = greedy(outputs, meta["charset"])
+    words = meta.get("lexicon") or []
+    metrics = {}
+    if words:
+        from stages.tasks.speech.lexicon import decode
+
+        free = speech_scores(truths, [t for t, _ in decoded])
+        metrics = {"cer_greedy": free["cer"], "wer_greedy": free["wer"],
+                   "lexicon_words": len(words)}
+        decoded = decode(outputs, meta["charset"], words)
     preds = [t for t, _ in decoded]
-    metrics = speech_scores(truths, preds)
+    metrics.update(speech_scores(truths, preds))
     beamed = [t for t, _ in beam(outputs, meta["charset"], BEAM)]
     by_beam = speech_scores(truths, beamed)
     metrics.update({"cer_beam": by_beam["cer"], "wer_beam": by_beam["wer"], "beam_width": BEAM})
@@ -101,7 +112,9 @@ def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
             [f"{paths[i]}  truth: {truths[i]!r}  predicted: {preds[i]!r}" for i in worst],
             thumbnail)
     metrics = {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
-    summary = (f"test CER {metrics['cer']:.4f}, WER {metrics['wer']:.4f} (beam {BEAM}: CER "
-               f"{metrics['cer_beam']:.4f}, WER {metrics['wer_beam']:.4f}), clip accuracy "
+    within = (f" (within the lexicon's {len(words)} words; greedy: CER "
+              f"{metrics['cer_greedy']:.4f}, WER {metrics['wer_greedy']:.4f})" if words else "")
+    summary = (f"test CER {metrics['cer']:.4f}, WER {metrics['wer']:.4f}{within} (beam {BEAM}: "
+               f"CER {metrics['cer_beam']:.4f}, WER {metrics['wer_beam']:.4f}), clip accuracy "
                f"{metrics['clip_accuracy']:.4f} on {len(rows)} clips")
     return metrics, files, summary

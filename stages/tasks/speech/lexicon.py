@@ -1,0 +1,91 @@
+"""Decoding within the words of the train split (a closed vocabulary: commands, digits): CTC
+prefix beam search whose every prefix spells lexicon words separated by single spaces, as a
+recognizer with a word grammar does (PocketSphinx's JSGF, a WFST decoder's lexicon). A model
+that hears "seix" answers the lexicon's "six" when the frames say so more than anything else
+the lexicon allows.
+
+The lexicon is prepare's (meta.json `lexicon`, carried by model.pt and the exported models'
+metadata): the train split's distinct words, sorted, when there are at most MAX_WORDS of them;
+an empty list (an open vocabulary: LibriSpeech, Common Voice) decodes freely, as before.
+
+The search is ctc.prefix_search with the growths a prefix may take restricted to the trie's:
+the next letter of a lexicon word, a space after a whole word. A line's text must end on a whole
+word (or be empty); with no such prefix in the beam (frames too few for any word) it is the
+beam's best prefix. Its confidence is P(text | line), the exact CTC forward sum of its paths
+(ctc.text_logprob), to 6 significant digits: the same probability greedy's confidence is of its
+own text.
+"""
+import math
+
+import numpy as np
+
+MAX_WORDS = 1000  # more distinct train words: an open vocabulary, no lexicon
+WIDTH = 8  # the search's width unless predict/serve --beam gives one
+END = "$"  # a trie node's mark: a word ends here
+
+
+def words_of(rows) -> list[str]:
+    """The lexicon of transcripts: their distinct words (split on spaces), sorted, or [] when
+    there are more than MAX_WORDS."""
+    words = sorted({w for r in rows for w in r["text"].split()})
+    return words if len(words) <= MAX_WORDS else []
+
+
+def trie(words, charset) -> dict:
+    """{label: node} over the charset's labels (1-based, 0 is the blank); END in a node that
+    ends a word. A word with a character outside the charset is left out (it cannot be
+    emitted)."""
+    index = {c: i + 1 for i, c in enumerate(charset)}
+    root: dict = {}
+    for word in words:
+        if not all(c in index for c in word):
+            continue
+        node = root
+        for c in word:
+            node = node.setdefault(index[c], {})
+        node[END] = True
+    return root
+
+
+def search(logp: np.ndarray, width: int, root: dict, space: int | None):
+    """(labels, log-probability the beam summed) of the most probable text spelled by lexicon
+    words over one line's T x C log-probabilities; see the module docstring."""
+    from stages.tasks.common.ctc import NEG_INF, _add, _logaddexp
+
+    beams = {(): (0.0, NEG_INF)}
+    nodes = {(): root}  # each kept prefix's trie node (root after a space)
+    for frame in np.asarray(logp, dtype=np.float64):
+        blank = float(frame[0])
+        grown: dict = {}
+        for prefix, (pb, pnb) in beams.items():
+            total = _logaddexp(pb, pnb)
+            last = prefix[-1] if prefix else None
+            _add(grown, prefix, total + blank,
+                 pnb + float(frame[last]) if last else NEG_INF)
+            node = nodes[prefix]
+            growths = [c for c in node if c != END]
+            if END in node and space is not None:
+                growths.append(space)
+            for c in sorted(growths):
+                child = (*prefix, c)
+                nodes.setdefault(child, root if c == space else node[c])
+                _add(grown, child, NEG_INF, (pb if c == last else total) + float(frame[c]))
+        ranked = sorted(grown.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
+        beams = dict(ranked[:width])
+    whole = {p: v for p, v in beams.items() if not p or END in nodes[p]}
+    prefix, sums = min((whole or beams).items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
+    return prefix, _logaddexp(*sums)
+
+
+def decode(logits: np.ndarray, charset, words, width: int = WIDTH) -> list[tuple[str, float]]:
+    """(text, confidence) per line of N x T x C logits, each text spelled by the lexicon."""
+    from stages.tasks.common.ctc import log_softmax, text_logprob
+
+    root = trie(words, charset)
+    space = charset.index(" ") + 1 if " " in charset else None
+    out = []
+    for line in log_softmax(np.asarray(logits)):
+        labels, _ = search(line, width, root, space)
+        text = "".join(charset[i - 1] for i in labels)
+        out.append((text, float(f"{math.exp(text_logprob(line, labels)):.6g}")))
+    return out
