@@ -73,6 +73,20 @@ def test_a_non_word_by_greedy_is_the_lexicon_word_the_frames_favour():
     assert text == free == "six one" and confidence == pytest.approx(own, rel=1e-5)
 
 
+def test_a_clip_cut_inside_a_word_is_answered_with_its_whole_words():
+    """Frames that end inside a word ("six se", no frames left for "ven"): with every kept
+    prefix unfinished, the answer is cut back to the last whole word, never a fragment."""
+    space = CHARSET.index(" ") + 1
+    logp = log_softmax(logits_of(codes("six") + [space] + codes("se"), high=9))
+    root = lexicon.trie(WORDS, CHARSET)
+    for width in (1, 2, 8):
+        labels, logprob = lexicon.search(logp, width, root, space)
+        assert "".join(CHARSET[i - 1] for i in labels) == "six", width
+        assert logprob == pytest.approx(text_logprob(logp, codes("six")))
+    assert lexicon.whole_words(tuple(codes("six se")), space) == tuple(codes("six"))
+    assert lexicon.whole_words(tuple(codes("se")), space) == ()
+
+
 def test_the_task_decodes_in_the_lexicon_and_freely_without_one():
     s, i, x = (CHARSET.index(c) + 1 for c in "six")
     logits = logits_of([s, 0, i, i, 0, x, 0, i])[None]  # greedy: "sixi"

@@ -10,10 +10,11 @@ an empty list (an open vocabulary: LibriSpeech, Common Voice) decodes freely, as
 
 The search is ctc.prefix_search with the growths a prefix may take restricted to the trie's:
 the next letter of a lexicon word, a space after a whole word. A line's text must end on a whole
-word (or be empty); with no such prefix in the beam (frames too few for any word) it is the
-beam's best prefix. Its confidence is P(text | line), the exact CTC forward sum of its paths
-(ctc.text_logprob), to 6 significant digits: the same probability greedy's confidence is of its
-own text.
+word (or be empty); when every prefix the beam kept ends inside a word (an untrained model, a
+clip cut short), each is cut back to its last whole word and the cut texts are scored exactly:
+the answer always spells lexicon words. Its confidence is P(text | line), the exact CTC forward
+sum of its paths (ctc.text_logprob), to 6 significant digits: the same probability greedy's
+confidence is of its own text.
 """
 import math
 
@@ -73,8 +74,23 @@ def search(logp: np.ndarray, width: int, root: dict, space: int | None):
         ranked = sorted(grown.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
         beams = dict(ranked[:width])
     whole = {p: v for p, v in beams.items() if not p or END in nodes[p]}
-    prefix, sums = min((whole or beams).items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
-    return prefix, _logaddexp(*sums)
+    if whole:
+        prefix, sums = min(whole.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
+        return prefix, _logaddexp(*sums)
+    # every kept prefix ends inside a word: each cut back to its last whole word, scored exactly
+    from stages.tasks.common.ctc import text_logprob
+
+    cut = {whole_words(p, space) for p in beams}
+    scored = {c: text_logprob(logp, c) for c in cut}
+    return min(scored.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def whole_words(prefix: tuple, space) -> tuple:
+    """prefix without its last, unfinished word (and the space before it)."""
+    k = len(prefix)
+    while k > 0 and prefix[k - 1] != space:
+        k -= 1
+    return prefix[:max(k - 1, 0)]
 
 
 def decode(logits: np.ndarray, charset, words, width: int = WIDTH) -> list[tuple[str, float]]:
