@@ -148,6 +148,7 @@ def line(name: str, who: str, s: dict, cpu: float, extra: str = "") -> str:
 def main(run_dir, clips, seed):
     """Print ours vs PocketSphinx on the held-out espeak-ng voices and on Festival."""
     from stages.tasks import current
+    from stages.tasks.common.ctc import auroc
 
     run = run_dir.resolve()
     task = current(str(run / "params.yaml")).name
@@ -169,9 +170,11 @@ def main(run_dir, clips, seed):
             right = [t == p for t, p in zip(truths, texts, strict=True)]
             mean = {ok: sum(c for c, r in zip(conf, right, strict=True) if r == ok)
                     / max(1, sum(r == ok for r in right)) for ok in (True, False)}
+            ranked = auroc(conf, right)  # of line correctness (None: all right or all wrong)
             click.echo(line(f"{name} ({len(items)})", "ours", score(task, truths, texts),
                             cpu, f"  confidence right {mean[True]:.3f} wrong "
-                                 f"{mean[False]:.3f}"))
+                                 f"{mean[False]:.3f} auroc "
+                                 f"{'-' if ranked is None else f'{ranked:.3f}'}"))
             said, cpu = sphinx(items, task, WORDS, work)
             click.echo(line(f"{name} ({len(items)})", "PocketSphinx",
                             score(task, truths, said), cpu))
