@@ -142,7 +142,8 @@ def test_no_list_at_all_leaves_every_clip_unlabelled_naming_the_layouts(tmp_path
 @pytest.mark.parametrize("layout", ["librispeech", "common_voice"])
 def test_init_reads_the_layout_keeps_its_split_and_fits_the_features(tmp_path, layout):
     """`tools.init --task speech --source DIR` names the layout, keeps the dataset's own split
-    (split.by given), and fits frames to the longest train clip; the data is not touched."""
+    (split.by given), and fits frames to the longest clip of any split (the gate checks the
+    test clips too); the data is not touched."""
     import yaml
 
     from tests.conftest import ROOT, run_tool
@@ -166,7 +167,7 @@ def test_init_reads_the_layout_keeps_its_split_and_fits_the_features(tmp_path, l
                 f"{split}{k % 2}\t{split}{k}.wav\tsay {k}\n" for k in range(3)))
             for k in range(3):
                 write_clip(data / "clips" / f"{split}{k}.wav",
-                           seconds=1.3 if split == "train" and k == 0 else 0.4)
+                           seconds=1.3 if split == "test" and k == 1 else 0.4)
         found = "Common Voice TSVs"
     before = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
     proc = run_tool("init", "--task", "speech", "--source", "data/mine", cwd=project)
@@ -180,6 +181,32 @@ def test_init_reads_the_layout_keeps_its_split_and_fits_the_features(tmp_path, l
     assert params["validate"]["max_seconds"] == 1.3
     assert params["train"]["model"] == "cnn_bigru"
     assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before
+
+
+def test_init_fits_the_longest_of_every_clip_not_of_a_spread_of_them(tmp_path):
+    """An audio fit is a bound the gate enforces on each clip, so init reads every clip's
+    header (FIT_HEADERS 0): among 2,500 clips, the one long clip is found at an index an even
+    spread of 2,000 would skip; an image fit still reads a spread of at most 2,000."""
+    from types import SimpleNamespace
+
+    from stages.lib import modality
+    from stages.tasks.speech import Speech
+    from tools.init import headers
+
+    rows = [{"path": f"{k:04d}.wav", "split": "train" if k % 5 else "test"}
+            for k in range(2500)]
+    for r in rows:
+        write_clip(tmp_path / r["path"], seconds=0.02)
+    write_clip(tmp_path / "1999.wav", seconds=1.25)  # a test clip, at an odd index
+    facts, bad = headers(tmp_path, rows, modality.get("audio"))
+    assert len(facts) == 2500 and not bad
+    fitted = dict((k, v) for k, v, _ in Speech().fit_prepare(facts))
+    assert fitted["validate.max_seconds"] == 1.3 and fitted["prepare.audio"]["frames"] == 131
+    assert modality.get("image").FIT_HEADERS == 2000
+    spread = SimpleNamespace(FIT_HEADERS=2000, header=modality.get("audio").header)
+    facts, _ = headers(tmp_path, rows, spread)  # what init read before: every other clip
+    assert len(facts) == 1250
+    assert max(f for _, f, _, _ in facts) < 16000
 
 
 def test_smoke_subset_cuts_every_layout_to_the_chosen_clips(tmp_path):

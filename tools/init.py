@@ -34,7 +34,6 @@ PARAMS = Path("params.yaml")
 PREPARE_KEYS = ("prepare.image_size", "prepare.channels", "prepare.mean", "prepare.std",
                 "prepare.height", "prepare.width", "prepare.width_buckets", "prepare.letterbox",
                 "prepare.audio")
-MAX_HEADERS = 2000  # headers read to fit prepare (evenly spread over the sorted files)
 SPLITS = ("train", "val", "test")
 HOME: list = []  # the project root, with --into (init then works in the pipeline's folder)
 # what another task's dataset looks like: (task, layout, test of the source folder)
@@ -83,9 +82,10 @@ def looks_like(source: Path, task) -> tuple | None:
 
 
 def headers(source: Path, rows: list, modality) -> tuple[list, list]:
-    """([(split, width, height, grey)] of up to MAX_HEADERS rows' images, evenly spread), and
-    the paths among them that the task's modality cannot read a header of (its `header`)."""
-    step = max(1, -(-len(rows) // MAX_HEADERS))
+    """([(split, width, height, grey)] of up to the modality's FIT_HEADERS rows' files, evenly
+    spread, or of every row where it is 0), and the paths among them that the task's modality
+    cannot read a header of (its `header`)."""
+    step = max(1, -(-len(rows) // modality.FIT_HEADERS)) if modality.FIT_HEADERS else 1
     facts, bad = [], []
     for r in rows[::step]:
         try:

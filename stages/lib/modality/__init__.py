@@ -22,6 +22,8 @@ input limit (validate.max_pixels, validate.max_seconds) ingest passes to inspect
 - validate, split: fingerprint(row) (an int of 64 bits whose Hamming distance says how alike
   two files are, or None where it says nothing).
 - init, prepare: header(path) (what init shows of a file and Task.fit_prepare reads),
+  FIT_HEADERS (how many files' headers init reads for Task.fit_prepare, evenly spread; 0:
+  every file, where a fit is a bound the gate enforces on each file),
   header_facts(path) (what prepare's auto settings read from a header), choose_shape(p,
   sides, colour, total) (the fit settings: the stored size and channels, with a line each
   saying why), given_size(p) (the stored size prepare's params give, or auto),
@@ -59,7 +61,8 @@ INTERFACE = (
     "FIELDS", "INSPECT_ERRORS", "inspect",
     "CHECKS", "check_columns", "expectations", "reason",
     "fingerprint",
-    "header", "header_facts", "choose_shape", "given_size", "stored", "input_shape", "decode",
+    "header", "FIT_HEADERS", "header_facts", "choose_shape", "given_size", "stored",
+    "input_shape", "decode",
     "normalize", "input_spec", "augment",
     "read", "read_header", "sized", "warmup_input", "recipe_keys", "shape_of",
     "thumbnail", "WORDS", "describe", "ONLY_KEYS", "CHANNELS",

@@ -34,6 +34,7 @@ def stored(size, channels: int = 1, letterbox=False) -> AudioSpec:
 
 # what the reports call one input and several, and the params only audio tasks read
 WORDS = {"item": "clip", "items": "clips"}
+FIT_HEADERS = 0  # every clip: a speech fit is the longest clip, which the gate then enforces
 CHANNELS = (1, "auto")  # prepare.channels: a spectrogram has one
 # the stored recipe's keys as the reports show them (the stored name is every modality's)
 META_LABELS = {SIZE: "log-mel settings (prepare.audio)"}

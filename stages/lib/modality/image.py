@@ -31,6 +31,7 @@ Spec = ImageSpec  # the modality's input spec (INTERFACE)
 # what the reports call one input and several, and the params only image tasks read (another
 # modality's run report leaves them out)
 WORDS = {"item": "image", "items": "images"}
+FIT_HEADERS = 2000  # init's fits are shares and medians: an even spread of headers will do
 CHANNELS = (1, 3, "auto")  # prepare.channels an image task takes (a task may narrow them)
 META_LABELS: dict = {}  # the stored recipe's keys as the reports show them: as stored
 ONLY_KEYS = ("prepare.image_size", "prepare.letterbox", "prepare.height", "prepare.width",

@@ -18,7 +18,7 @@ TASK_KEYS = ("prepare.audio", "sample.clips", "validate.charset", "validate.min_
               "train.aug_speed", "train.aug_pitch", "train.aug_reverb", "train.aug_noise",
               "train.aug_noise_snr_min", "train.aug_noise_snr_max", "train.aug_gain",
               "train.aug_bandlimit", "train.aug_telephone")
-MAX_FIT_SECONDS = 30.0  # init: frames cover the longest train clip, up to this
+MAX_FIT_SECONDS = 30.0  # init: frames cover the longest clip, up to this
 SPEC = {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40}
 
 
@@ -104,18 +104,17 @@ class Speech(CtcText):
         return f"{super().data_summary(rows)}, {len(speakers)} speakers"
 
     def fit_prepare(self, clips):
-        """The log-mel spec for one's own data: frames holding the longest train clip (from
-        the headers: (split, frames, rate, grey)), capped at MAX_FIT_SECONDS; CTC must see the
-        whole clip, so validate.max_seconds refuses longer ones instead of cropping them."""
+        """The log-mel spec for one's own data: frames holding the longest clip of every
+        split (from the headers of every clip: (split, frames, rate, grey)), capped at
+        MAX_FIT_SECONDS; CTC must see the whole clip, so validate.max_seconds refuses longer
+        ones instead of cropping them, and the gate checks the val and test clips too."""
         import math
 
-        from stages.tasks.base import train_of
-
-        seconds = max((f / r for _, f, r, _ in train_of(clips) if r), default=1.0)
+        seconds = max((f / r for _, f, r, _ in clips if r), default=1.0)
         seconds = min(MAX_FIT_SECONDS, math.ceil(seconds * 10) / 10)
         spec = {**SPEC, "frames": 1 + round(seconds * SPEC["sample_rate"] / SPEC["hop"])}
         return [("prepare.audio", spec,
-                 f"log-mel at {spec['sample_rate']} Hz; frames hold the longest train clip "
+                 f"log-mel at {spec['sample_rate']} Hz; frames hold the longest clip "
                  f"({seconds:g} s, at most {MAX_FIT_SECONDS:g})"),
                 ("validate.max_seconds", seconds, "a longer clip would be cropped, its words "
                                                   "lost to CTC: the gate refuses it"),
