@@ -1,7 +1,9 @@
 """The pipeline's speech (or keyword) model against PocketSphinx on the same clips: the run's own
 test split (the sample's held-out espeak-ng voices) and clips of a synthesizer the run never
-trained on, Festival's three English voices, written by tools.synth_speech's renderer
-(stages/tasks/speech/synth.py) with the sample's vocabulary.
+trained on, with the sample's vocabulary: Festival's three English voices (`--other festival`,
+written by tools.synth_speech's renderer, stages/tasks/speech/synth.py), or CMU Flite's four
+(`--other flite`, bench/flite_synth.py), which nothing in the project trains on: the measure
+for a run trained on espeak-ng and Festival both.
 
 PocketSphinx: Debian's `pocketsphinx` 0.8+5prealpha (`pocketsphinx_batch`, the `en-us` model
 of `pocketsphinx-en-us`, cmudict), with a JSGF grammar of the task's words (speech: one or more
@@ -12,7 +14,7 @@ accuracy (speech) or top-1 (audio), and CPU seconds per clip (ours: this process
 around read + inference; PocketSphinx: its process's CPU, model loading included, over the
 clips).
 
-    python -m bench.speech_peer --run /tmp/speech-run [--clips 240] [--seed 55]
+    python -m bench.speech_peer --run /tmp/speech-run [--clips 240] [--seed 55] [--other flite]
 """
 import os
 import re
@@ -90,16 +92,28 @@ def held_out_espeak(run: Path, task: str) -> list:
     return [(str(source / r["path"]), r[key]) for r in read_csv(run / "data/split/test.csv")]
 
 
-def festival_clips(task: str, n: int, seed: int, out: Path) -> list:
-    """n clips of Festival's voices in turn: speech, strings of 2 to 5 of the sample's digits
-    (6 slow ones by the HTS voice run past the sample model's 3.2 s); audio, its 20 keywords
-    in turn."""
+OTHERS = ("festival", "flite")  # --other: Festival (tools.synth_speech's second), Flite (bench)
+
+
+def other_voices(other: str) -> list[str]:
+    if other == "flite":
+        from bench.flite_synth import VOICES
+
+        return list(VOICES)
+    from stages.tasks.common import festival_synth
+
+    return festival_synth.voices()
+
+
+def other_clips(task: str, n: int, seed: int, out: Path, other: str = "festival") -> list:
+    """n clips of the other synthesizer's voices in turn: speech, strings of 2 to 5 of the
+    sample's digits (6 slow ones by Festival's HTS voice run past the sample model's 3.2 s);
+    audio, its 20 keywords in turn."""
     import numpy as np
 
-    from stages.tasks.common import festival_synth
     from stages.tasks.speech import synth
 
-    pool = {"festival": festival_synth.voices()}
+    pool = {other: other_voices(other)}
     if task == "speech":
         from stages.tasks.speech.sample import WORDS
 
@@ -115,9 +129,14 @@ def festival_clips(task: str, n: int, seed: int, out: Path) -> list:
     plans = []
     for i, text in enumerate(texts):
         p = synth.plan(i, text, pool, seed)
-        p["voice"] = pool["festival"][i % len(pool["festival"])]  # each voice a third
+        p["voice"] = pool[other][i % len(pool[other])]  # each voice in turn
         plans.append(p)
-    synth.write(out, plans, workers=2)
+    if other == "flite":
+        from bench import flite_synth
+
+        flite_synth.write(out, plans, workers=2)
+    else:
+        synth.write(out, plans, workers=2)
     return [(str(out / "clips" / f"{i:06d}.wav"), t) for i, t in enumerate(texts)]
 
 
@@ -143,10 +162,15 @@ def line(name: str, who: str, s: dict, cpu: float, extra: str = "") -> str:
               help="Root of a finished `dvc repro` of task speech or audio (its model.onnx, "
                    "test split and data.source).")
 @click.option("--clips", default=240, show_default=True, type=click.IntRange(3, 100_000),
-              help="Festival clips to synthesize (its three voices in turn).")
-@click.option("--seed", default=55, show_default=True, help="The Festival clips' draws.")
-def main(run_dir, clips, seed):
-    """Print ours vs PocketSphinx on the held-out espeak-ng voices and on Festival."""
+              help="Clips of the other synthesizer to synthesize (its voices in turn).")
+@click.option("--seed", default=55, show_default=True, help="The other synthesizer's draws.")
+@click.option("--other", type=click.Choice(OTHERS), default="festival", show_default=True,
+              help="The synthesizer of the second set: festival (its 3 English voices; the "
+                   "samples never train on it) or flite (CMU Flite's awb, rms, slt and kal16, "
+                   "which nothing in the project trains on: for a run trained on espeak-ng "
+                   "and Festival).")
+def main(run_dir, clips, seed, other):
+    """Print ours vs PocketSphinx on the run's test split and on another synthesizer."""
     from stages.tasks import current
     from stages.tasks.common.ctc import auroc
 
@@ -159,9 +183,9 @@ def main(run_dir, clips, seed):
     else:
         from stages.tasks.audio.sample import WORDS
     with tempfile.TemporaryDirectory(prefix="speech-peer-") as tmp:
-        sets = {"held-out espeak-ng voices": held_out_espeak(run, task),
-                "Festival (never trained on)": festival_clips(task, clips, seed,
-                                                              Path(tmp) / "festival")}
+        sets = {"the run's test split": held_out_espeak(run, task),
+                f"{other} (never trained on)": other_clips(task, clips, seed,
+                                                           Path(tmp) / other, other)}
         for name, items in sets.items():
             truths = [t for _, t in items]
             work = Path(tmp) / re.sub(r"\W+", "-", name)
@@ -178,15 +202,12 @@ def main(run_dir, clips, seed):
             said, cpu = sphinx(items, task, WORDS, work)
             click.echo(line(f"{name} ({len(items)})", "PocketSphinx",
                             score(task, truths, said), cpu))
-            if name.startswith("Festival"):
-                per_voice(task, truths, texts, said)
+            if name.startswith(other):
+                per_voice(task, truths, texts, said, other_voices(other))
 
 
-def per_voice(task: str, truths, texts, said) -> None:
-    """The Festival set's figures per voice (clip i speaks with voice i mod 3)."""
-    from stages.tasks.common import festival_synth
-
-    voices = festival_synth.voices()
+def per_voice(task: str, truths, texts, said, voices) -> None:
+    """The other synthesizer's figures per voice (clip i speaks with voice i mod len(voices))."""
     for k, voice in enumerate(voices):
         pick = slice(k, None, len(voices))
         a, b = score(task, truths[pick], texts[pick]), score(task, truths[pick], said[pick])

@@ -23,13 +23,39 @@ def tools_installed():
 def test_festival_digit_clips_are_read_by_pocketsphinx_with_the_digits_grammar(tmp_path):
     from stages.tasks.speech.sample import WORDS
 
-    clips = speech_peer.festival_clips("speech", 6, 55, tmp_path / "festival")
+    clips = speech_peer.other_clips("speech", 6, 55, tmp_path / "festival")
     assert [c[0].rsplit("/", 1)[1] for c in clips] == [f"{i:06d}.wav" for i in range(6)]
     assert all(2 <= len(t.split()) <= 5 and set(t.split()) <= set(WORDS) for _, t in clips)
     (tmp_path / "work").mkdir()
     said, cpu = speech_peer.sphinx(clips, "speech", WORDS, tmp_path / "work")
     assert len(said) == 6 and cpu > 0
     assert all(set(s.split()) <= set(WORDS) for s in said)  # the grammar's words only
+    assert speech_peer.score("speech", [t for _, t in clips], said)["cer"] < 0.3
+
+
+def test_flite_clips_speak_each_voice_in_turn_the_same_bytes_twice(tmp_path):
+    """--other flite: a synthesizer nothing in the project trains on, each of its voices in
+    turn, 16 kHz mono; drawn again, the same bytes; PocketSphinx reads its digits."""
+    import wave
+
+    from bench import flite_synth
+    from stages.tasks.speech.sample import WORDS
+
+    if not shutil.which("flite"):
+        missing_tool("Flite", f"apt-get install -y {flite_synth.PACKAGE}")
+    assert speech_peer.other_voices("flite") == ["awb", "rms", "slt", "kal16"]
+    clips = speech_peer.other_clips("speech", 8, 55, tmp_path / "a", "flite")
+    again = speech_peer.other_clips("speech", 8, 55, tmp_path / "b", "flite")
+    assert [t for _, t in clips] == [t for _, t in again]
+    for (a, _), (b, _) in zip(clips, again, strict=True):
+        assert open(a, "rb").read() == open(b, "rb").read()
+        with wave.open(a) as w:
+            assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
+            assert 0.4 < w.getnframes() / 16000 < 4.0
+    sizes = {open(a, "rb").read()[44:] for a, _ in clips}
+    assert len(sizes) == 8  # every clip its own sound
+    (tmp_path / "work").mkdir()
+    said, _ = speech_peer.sphinx(clips, "speech", WORDS, tmp_path / "work")
     assert speech_peer.score("speech", [t for _, t in clips], said)["cer"] < 0.3
 
 
