@@ -107,12 +107,17 @@ def test_metrics_greedy_and_beam_on_hand_made_logits(tmp_path, monkeypatch):
     assert "test CER 0.2500" in line
 
 
-def test_init_fits_frames_to_the_longest_train_clip_and_refuses_image_sizes():
+def test_init_fits_frames_to_the_longest_clip_of_any_split_and_refuses_image_sizes():
+    """The gate refuses a clip over validate.max_seconds in whichever split it lies, so the fit
+    covers the test clips too (a 9 s test clip, 4 s at most in train)."""
     fitted = {k: v for k, v, _ in TASK.fit_prepare([("train", 16000 * 2, 16000, True),
                                                     ("train", 44100 * 4, 44100, True),
                                                     ("test", 16000 * 9, 16000, True)])}
-    assert fitted["prepare.audio"]["frames"] == 401  # 4.0 s at hop 160
-    assert fitted["validate.max_seconds"] == 4.0
+    assert fitted["prepare.audio"]["frames"] == 901  # 9.0 s at hop 160
+    assert fitted["validate.max_seconds"] == 9.0
+    fitted = {k: v for k, v, _ in TASK.fit_prepare([("train", 16000 * 2, 16000, True),
+                                                    ("train", 44100 * 4, 44100, True)])}
+    assert fitted["prepare.audio"]["frames"] == 401 and fitted["validate.max_seconds"] == 4.0
 
     from stages.lib.params import parse_all
     from stages.tasks import available, get
