@@ -10,9 +10,11 @@ through the pipeline.
 - the clips, by `tools.synth_speech --synths espeak,festival` (each synthesizer every other
   clip, every English voice of each), the speech sample's 8 held-out espeak-ng test voices
   (stages/tasks/speech/sample.py HELD_OUT) as the given test split (`--holdout`):
-  speech, `data/mix/` as it writes it (Common Voice's layout); audio, `data/kw/` in Speech
-  Commands' layout (a folder a word, `SYNTH-VOICE_nohash_N.wav`, testing_list.txt), the
-  layout the keyword task reads;
+  speech, `data/mix/` in Common Voice's layout, the speech sample's 4 val voices' clips moved
+  from train.tsv to dev.tsv (the given val split: carved from train by voice, val took one of
+  Festival's three voices out of training); audio, `data/kw/` in Speech Commands' layout (a
+  folder a word, `SYNTH-VOICE_nohash_N.wav`, testing_list.txt), the layout the keyword task
+  reads (its val, carved by a hash of the voice, kept Festival's three voices in train);
 - params.yaml by `tools.init --task speech|audio --source ...` (the task's recipe, the data's
   own split kept, val carved from train by voice), committed.
 
@@ -51,6 +53,22 @@ def texts(task: str, n: int, seed: int) -> list[str]:
     return [" ".join(WORDS[d] for d in rng.integers(0, 10, int(rng.integers(DIGITS[0],
                                                                             DIGITS[1] + 1))))
             for _ in range(n)]
+
+
+def given_val(cv: Path, voices) -> int:
+    """Move the rows of espeak-ng's `voices` from cv/train.tsv to cv/dev.tsv (written whole
+    through temp files); the number moved."""
+    import os
+
+    head, *rows = (cv / "train.tsv").read_text(encoding="utf-8").splitlines()
+    val = {f"espeak:{v}" for v in voices}
+    dev = [r for r in rows if r.split("\t", 1)[0] in val]
+    train = [r for r in rows if r.split("\t", 1)[0] not in val]
+    for name, kept in (("dev.tsv", dev), ("train.tsv", train)):
+        tmp = cv / f".{name}.part"
+        tmp.write_text("".join(f"{r}\n" for r in (head, *kept)), encoding="utf-8")
+        os.replace(tmp, cv / name)
+    return len(dev)
 
 
 def speech_commands(cv: Path, out: Path) -> int:
@@ -97,6 +115,8 @@ def main(task, root, n, per_word, seed):
         cv.relative_to(root), "--synths", "espeak,festival",
         "--per-text", 1 if task == "speech" else per_word, *holdout, cwd=root)
     source = "data/mix"
+    if task == "speech":
+        click.echo(f"{given_val(cv, HELD_OUT['val'])} val clips", err=True)
     if task == "audio":
         source = "data/kw"
         click.echo(f"{speech_commands(cv, root / source)} test clips", err=True)

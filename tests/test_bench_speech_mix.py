@@ -60,3 +60,32 @@ def test_speech_texts_are_seeded_digit_strings():
     a = texts("speech", 50, 551)
     assert a == texts("speech", 50, 551) and a != texts("speech", 50, 552)
     assert all(2 <= len(t.split()) <= 6 and set(t.split()) <= set(WORDS) for t in a)
+
+
+def test_speech_val_is_the_sample_val_voices_so_festival_stays_in_train(tmp_path):
+    """speech: the speech sample's val voices move from train.tsv to dev.tsv (the speech task
+    reads dev.tsv as the given val split), every other row stays, in order."""
+    from bench.speech_mix import given_val
+    from stages.tasks.speech.annotations import read_annotations
+    from stages.tasks.speech.sample import HELD_OUT
+
+    head = "client_id\tpath\tsentence\tsynth\tvoice"
+    voices = ["espeak:m3", f"espeak:{HELD_OUT['val'][0]}", "festival:kal_diphone",
+              f"espeak:{HELD_OUT['val'][1]}", "festival:ked_diphone"]
+    rows = [f"{v}\t{k:06d}.wav\tone two\t{v.split(':')[0]}\t{v.split(':')[1]}"
+            for k, v in enumerate(voices)]
+    (tmp_path / "train.tsv").write_text("\n".join([head, *rows]) + "\n", encoding="utf-8")
+    (tmp_path / "test.tsv").write_text(f"{head}\nespeak:m1\t000009.wav\tsix\tespeak\tm1\n")
+    (tmp_path / "clips").mkdir()
+    for k in (*range(5), 9):
+        (tmp_path / "clips" / f"{k:06d}.wav").write_bytes(b"")
+    assert given_val(tmp_path, HELD_OUT["val"]) == 2
+    assert (tmp_path / "train.tsv").read_text().splitlines() == [head, *rows[0:1], rows[2],
+                                                                 rows[4]]
+    assert (tmp_path / "dev.tsv").read_text().splitlines() == [head, rows[1], rows[3]]
+    assert not list(tmp_path.glob(".*.part"))
+    listing = [(p.relative_to(tmp_path).as_posix(), "file", 0)
+               for p in sorted(tmp_path.rglob("*")) if p.is_file()]
+    found = read_annotations(tmp_path, listing).values
+    assert {k: found[f"clips/{k:06d}.wav"]["split"] for k in (*range(5), 9)} == {
+        0: "train", 1: "val", 2: "train", 3: "val", 4: "train", 9: "test"}
