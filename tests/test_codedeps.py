@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.lib.codedeps import STAGES, code_hash, modules, reach
+from stages.lib.codedeps import (STAGES, STRING_IMPORTS, code_hash, looked_up, modules,
+                                  name_tables, named_module, reach)
 from stages.tasks import available
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,6 +76,11 @@ def test_the_check_fails_when_a_dep_is_missing():
     ("classification", "stages/lib/params.py"),  # the knobs' defaults and parsing
     ("audio", "stages/tasks/common/singlelabel/__init__.py"),  # the single-label loss
     ("speech", "stages/lib/modality/audiocore.py"),  # the log-mel features
+    # the modality, imported by a name looked up in MODALITIES (modality.get)
+    ("classification", "stages/lib/modality/image.py"),
+    ("ocr", "stages/lib/modality/imageaug.py"),  # the default image augmentation
+    ("speech", "stages/lib/modality/audio.py"),
+    ("audio", "stages/lib/modality/audioaug.py"),  # the room and the microphone
 ])
 def test_train_reaches_what_makes_its_weights(task, edited):
     assert edited in reach("train", task)
@@ -111,4 +117,50 @@ def test_reach_follows_imports_inside_functions_and_by_name(tmp_path):
     assert "stages/tasks/b/__init__.py" in reach("train", "b", tmp_path)
     before = code_hash("train", "a", tmp_path)
     (pkg / "lib" / "deep.py").write_text("X = 2\n")
+    assert code_hash("train", "a", tmp_path) != before
+
+
+def test_every_import_by_name_in_the_project_is_resolved():
+    """No importlib.import_module / __import__ call in stages/ names its module in a way reach
+    cannot read (a variable, a call): such a module would fall outside the checkpoint and
+    export fingerprints, as the modality did when modality.get looked its name up in a dict."""
+    import ast
+
+    unread = []
+    for name, path in modules(ROOT, ("stages",)).items():
+        tree = ast.parse(path.read_text())
+        tables = name_tables(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called in STRING_IMPORTS and not (named_module(node, "ocr")
+                                                 or looked_up(node, tables)):
+                unread.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not unread, "imports by a name reach cannot read: " + ", ".join(unread)
+
+
+def test_reach_follows_a_name_looked_up_in_a_dict_of_modules(tmp_path):
+    """`importlib.import_module(TABLE[name])` reaches every module TABLE names, and an edit to
+    one of them changes the code hash; a dict of anything but module names is not read."""
+    pkg = tmp_path / "stages"
+    (pkg / "lib").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""The stages."""\n')
+    (pkg / "lib" / "one.py").write_text("X = 1\n")
+    (pkg / "lib" / "two.py").write_text("from stages.lib import deep\n")
+    (pkg / "lib" / "deep.py").write_text("Y = 1\n")
+    (pkg / "lib" / "other.py").write_text("Z = 1\n")
+    (pkg / "lib" / "__init__.py").write_text(
+        "import importlib\n"
+        "TABLE = {'a': 'stages.lib.one', 'b': 'stages.lib.two'}\n"
+        "SIZES = {'a': 1, 'b': 'stages.lib.other'}\n"
+        "def get(name):\n    return importlib.import_module(TABLE[name])\n"
+        "def size(name):\n    return SIZES[name]\n")
+    (pkg / "train.py").write_text("from stages.lib import get\n")
+    assert reach("train", "a", tmp_path) == (
+        "stages/lib/__init__.py", "stages/lib/deep.py", "stages/lib/one.py",
+        "stages/lib/two.py", "stages/train.py")
+    before = code_hash("train", "a", tmp_path)
+    (pkg / "lib" / "deep.py").write_text("Y = 2\n")
     assert code_hash("train", "a", tmp_path) != before

@@ -4,7 +4,9 @@ and the checkpoint and export fingerprints hash them, so no list of code files i
 
 Every import counts, wherever it stands (module level or inside a function, `import a.b`, `from
 a import b`, relative ones), and so does a module named as text to importlib.import_module or
-__import__. A name built from the task (f"stages.tasks.{name}") is the chosen task's module. A
+__import__. A name built from the task (f"stages.tasks.{name}") is the chosen task's module; a
+name looked up in a module-level dict of module names (`import_module(MODALITIES[name])`) is
+every module the dict names, since the key is only known at run time. A
 package's __init__.py counts when a module under it is reached, unless it holds nothing but its
 docstring (it runs no code, so it cannot change an out).
 """
@@ -53,16 +55,46 @@ def named_module(node, task: str | None = None) -> str | None:
     return text if text and not text.startswith(".") else None
 
 
+def name_tables(tree: ast.Module) -> dict[str, list[str]]:
+    """{name: its values} of every module-level dict whose values are all text (`MODALITIES =
+    {"image": "stages.lib.modality.image", ...}`)."""
+    out = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and node.value.values
+                and all(isinstance(v, ast.Constant) and isinstance(v.value, str)
+                        for v in node.value.values)):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = [v.value for v in node.value.values]
+    return out
+
+
+def looked_up(node: ast.Call, tables: dict[str, list[str]]) -> list[str]:
+    """The modules a call imports by a name looked up in one of the module's dicts of module
+    names (`importlib.import_module(MODALITIES[name])`): every value of the dict."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called not in STRING_IMPORTS or not node.args:
+        return []
+    arg = node.args[0]
+    if isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name):
+        return list(tables.get(arg.value.id, []))
+    return []
+
+
 def imports(name: str, path: Path, known, task: str | None = None) -> list[tuple[str, int]]:
     """(imported project module, line) of every import in the file, wherever it stands: `from
     a.b import c` is module a.b.c when that is a module, else a.b; a module named as text to
-    importlib.import_module or __import__ is imported too (named_module)."""
+    importlib.import_module or __import__ is imported too (named_module), and so is every module
+    a dict of module names holds when the call looks its name up there (looked_up)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    tables = name_tables(tree)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             named = named_module(node, task)
-            targets = [named] if named else []
+            targets = [named] if named else looked_up(node, tables)
         elif isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
