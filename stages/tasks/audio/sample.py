@@ -1,16 +1,22 @@
-"""The built-in sample: 20 spoken command words (Speech Commands' core words), synthesized with
-libespeak-ng (stages/tasks/common/speech_synth.py), byte for byte the same on every machine.
+"""The built-in sample: 20 spoken command words (Speech Commands' core words), synthesized by
+two synthesizers of different make (stages/tasks/common/synth_render.py): libespeak-ng's voice
+variants and Festival's three English voices (Debian's `festival`), byte for byte the same on
+every machine with the pinned versions.
 
-Each clip is `<word>/<variant>_nohash_<k>.wav`: one of VARIANTS (espeak-ng's voice variants:
-formants, breathiness, pitch range), k-th rendition. A rendition's rate, pitch, gain, noise
-level and echo come from a PCG64 generator seeded by (word, variant, k), so a clip does not
-depend on which others are written. The voice variant is the clip's speaker (the name before
-`_nohash_`, as in Speech Commands) and so its group: the split keeps each variant's clips in
-one split, and the test split's voices are never heard in training.
+Each clip is `<word>/<voice>_nohash_<k>.wav`: one of VARIANTS (espeak-ng's voice variants:
+formants, breathiness, pitch range) in its k-th rendition, or one of Festival's voices in
+FESTIVAL_RENDITIONS renditions. A rendition's rate, pitch, gain, noise level and echo come from
+a PCG64 generator seeded by (word, voice, k), so a clip does not depend on which others are
+written. The voice is the clip's speaker (the name before `_nohash_`, as in Speech Commands)
+and so its group. The sample writes Speech Commands' own split lists (validation_list.txt,
+testing_list.txt: `split.by: given`): HELD_OUT's espeak-ng voices are val and test, never
+heard in training, and every Festival voice trains, so that the model hears speech of more
+than one make; a synthesizer in neither (bench/speech_peer.py --other flite) measures speech
+of another make.
 """
 import hashlib
 
-from stages.tasks.audio.annotations import NOHASH
+from stages.tasks.audio.annotations import NOHASH, SPLIT_LISTS
 
 WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
          "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -30,7 +36,14 @@ VARIANTS = ("m1", "f1", "m2", "grandma", "m3", "announcer", "m4", "f4", "m5", "k
             "paul", "pedro", "quincy", "rob", "robert", "fast", "shelby", "steph", "steph2",
             "steph3", "travis", "Tweaky", "zac", "grandpa")
 RENDITIONS = 1  # more voices teach more than more renditions of one voice (docs/speech.md)
+FESTIVAL_RENDITIONS = 8  # Festival has three voices: each speaks every word this many times
 SAMPLE_RATE = 16000
+# the voices of val and test (SPLIT_LISTS' files; the rest train): espeak-ng variants whose
+# clips the sample's hash split held out before it gave its own lists, so its figures compare
+HELD_OUT = {"val": ("Denis", "Michael", "anika", "announcer", "benjamin", "caleb", "iven3",
+                    "pedro", "steph2", "travis"),
+            "test": ("Alex", "AnxiousAndy", "Diogo", "Gene", "Mario", "Mike", "belinda", "david",
+                     "f4", "klatt4", "m2", "m7", "marcelo", "michel", "paul", "robert")}
 
 
 def rendition(word: str, variant: str, k: int) -> dict:
@@ -46,21 +59,38 @@ def rendition(word: str, variant: str, k: int) -> dict:
             "echo": round(0.4 * u[4], 4), "seed": seed}
 
 
-def clips(per_class: int = 0, workers: int = 2):
-    """Yield (relative path, WAV bytes) in a fixed order: every word, its renditions (k), its
-    variants. per_class > 0 keeps the first N clips of each word (N variants of the first
-    rendition first)."""
-    from stages.tasks.common import speech_synth
+def items(per_class: int = 0) -> list[tuple[str, str, str, int]]:
+    """(synth, word, voice, k) of every clip, in the sample's order: every word, espeak-ng's
+    renditions (k) of its variants, then Festival's voices' renditions. per_class > 0 keeps the
+    first N clips of each word (N espeak-ng variants first)."""
+    from stages.tasks.common import festival_synth
 
-    plan = []
+    out = []
     for word in WORDS:
-        items = [(word, v, k) for k in range(RENDITIONS) for v in VARIANTS]
-        plan += items[:per_class] if per_class else items
-    choices = [rendition(*item) for item in plan]
-    raw = speech_synth.synthesize([(w, v, c["rate"], c["pitch"])
-                                   for (w, v, _), c in zip(plan, choices, strict=True)],
-                                  workers=workers)
-    for (word, variant, k), c, samples in zip(plan, choices, raw, strict=True):
-        out = speech_synth.post_process(samples, SAMPLE_RATE, c["seed"], gain=c["gain"],
-                                        noise=c["noise"], echo=c["echo"])
-        yield f"{word}/{variant}{NOHASH}{k}.wav", speech_synth.wav_bytes(out, SAMPLE_RATE)
+        mine = [("espeak", word, v, k) for k in range(RENDITIONS) for v in VARIANTS]
+        mine += [("festival", word, v, k) for k in range(FESTIVAL_RENDITIONS)
+                 for v in festival_synth.VOICES]
+        out += mine[:per_class] if per_class else mine
+    return out
+
+
+def clips(per_class: int = 0, workers: int = 2, chunk: int = 400):
+    """Yield (relative path, WAV bytes) in items' order, rendered `chunk` at a time, then
+    Speech Commands' split lists (HELD_OUT's voices among the clips written)."""
+    from stages.tasks.common import synth_render
+
+    plan = items(per_class)
+    held = {v: split for split, voices in HELD_OUT.items() for v in voices}
+    lists = {split: [] for split in HELD_OUT}
+    for start in range(0, len(plan), chunk):
+        part = plan[start:start + chunk]
+        plans = [{"synth": synth, "text": word, "voice": voice, **rendition(word, voice, k)}
+                 for synth, word, voice, k in part]
+        for (synth, word, voice, k), wav in zip(part, synth_render.render(plans, SAMPLE_RATE,
+                                                                          workers), strict=True):
+            rel = f"{word}/{voice}{NOHASH}{k}.wav"
+            if synth == "espeak" and voice in held:
+                lists[held[voice]].append(rel)
+            yield rel, wav
+    for name, split in SPLIT_LISTS.items():
+        yield name, "".join(f"{rel}\n" for rel in sorted(lists[split])).encode()

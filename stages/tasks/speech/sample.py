@@ -1,15 +1,21 @@
 """The built-in speech sample: spoken digit strings ("four one nine", 2 to 6 digits), synthesized
-by espeak-ng (stages/tasks/common/speech_synth.py: the espeakng-loader wheel's library and voice
-variants, a fresh process per clip), varied by voice variant, rate, pitch and gain, with seeded
-noise and, for half the clips, a simple room echo; 16 kHz mono 16-bit WAV.
+by two synthesizers of different make (stages/tasks/common/synth_render.py): espeak-ng (the
+espeakng-loader wheel's library and voice variants) and Festival (Debian's `festival` and its
+three English voices: a diphone pair and an HTS voice), a fresh process per clip, varied by
+voice, rate, pitch and gain, with seeded noise and, for half the clips, a simple room echo;
+16 kHz mono 16-bit WAV.
 
 It is written in Common Voice's layout (clips/ and train.tsv, dev.tsv, test.tsv with
-client_id, path, sentence): the client is the voice variant, so it is the group, and the
-split is given by voice. The voices of the test split (and of dev, the validation split) are
-never heard in training: the test measures unseen voices.
+client_id, path, sentence, then synth and voice): the client is the voice, so it is the group,
+and the split is given by voice. The voices of the test split (and of dev, the validation
+split) are espeak-ng voices never heard in training: the test measures unseen voices. Every
+Festival voice trains (FESTIVAL_SHARE of the train clips), so that the model hears speech of
+more than one make; a synthesizer that is in neither (bench/speech_peer.py --other flite)
+measures speech of another make.
 
-Every clip's settings are a function of its index alone (a PCG64 generator seeded with
-(SEED, index)), so the first clips of a smaller sample are the same bytes as a larger one's.
+Every clip's settings are a function of its index alone (PCG64 generators seeded with (SEED,
+index) and (SEED, index, 1)), so the first clips of a smaller sample are the same bytes as a
+larger one's, and the test and val clips are the same whatever the train clips' synthesizer.
 """
 import numpy as np
 
@@ -31,17 +37,26 @@ HELD_OUT = {"test": ("Denis", "david", "ed", "f4", "f5", "klatt3", "m1", "m8"),
             "val": ("Gene", "anika", "linda", "max")}
 SHARE = {"test": 2, "val": 1}  # of every 10 clips: the test and val ones, the rest train
 SPLIT_FILES = {"train": "train.tsv", "val": "dev.tsv", "test": "test.tsv"}
+COLUMNS = ("client_id", "path", "sentence", "synth", "voice")
+FESTIVAL_SHARE = 0.4  # of the train clips: spoken by one of Festival's voices
+# Festival's words a minute: its HTS voice speaks six "seven"s in 3.6 s at 140, past MAX_SECONDS
+FESTIVAL_RATE = (170, 220)
 
 
-def voices_by_split(variants: list) -> dict:
-    """{split: voice variants}: test and val speak with HELD_OUT's plain English voices (no
-    whisper, robot or croak), never heard in training; train with every other variant the
-    wheel ships, the odd ones included (more voices to learn from)."""
+def voices_by_split(variants: list, festival: list) -> dict:
+    """{split: espeak-ng voice variants, "festival": Festival's voices}: test and val speak with
+    HELD_OUT's plain English voices (no whisper, robot or croak), never heard in training;
+    train with every other variant the wheel ships, the odd ones included (more voices to
+    learn from), and with every one of Festival's (festival: the installed ones, all needed)."""
+    from stages.tasks.common import festival_synth
+
     missing = sorted(v for split in HELD_OUT.values() for v in split if v not in variants)
     if missing:
         raise RuntimeError(f"the espeak-ng wheel has no voice variant {', '.join(missing)}")
+    festival_synth.check_voices(festival_synth.VOICES)  # not installed: the apt-get line
     held = {split: list(voices) for split, voices in HELD_OUT.items()}
-    return {**held, "train": sorted(set(variants) - set(held["test"]) - set(held["val"]))}
+    return {**held, "train": sorted(set(variants) - set(held["test"]) - set(held["val"])),
+            "festival": [v for v in festival_synth.VOICES if v in festival]}
 
 
 def split_of(index: int) -> str:
@@ -55,34 +70,52 @@ def plan(index: int, voices: dict) -> dict:
     split = split_of(index)
     digits = rng.integers(0, 10, int(rng.integers(DIGITS[0], DIGITS[1] + 1)))
     pool = voices[split]
-    return {"split": split, "text": " ".join(WORDS[d] for d in digits),
-            "voice": pool[int(rng.integers(len(pool)))],
-            "rate": int(rng.integers(SPEECH_RATE[0], SPEECH_RATE[1] + 1)),
-            "pitch": int(rng.integers(PITCH[0], PITCH[1] + 1)),
-            "gain": float(rng.uniform(*GAIN)), "noise": float(rng.uniform(*NOISE)),
-            "echo": float(rng.uniform(*ECHO)) if rng.random() < 0.5 else 0.0,
-            "seed": int(rng.integers(2**32))}
+    out = {"split": split, "synth": "espeak", "text": " ".join(WORDS[d] for d in digits),
+           "voice": pool[int(rng.integers(len(pool)))],
+           "rate": int(rng.integers(SPEECH_RATE[0], SPEECH_RATE[1] + 1)),
+           "pitch": int(rng.integers(PITCH[0], PITCH[1] + 1)),
+           "gain": float(rng.uniform(*GAIN)), "noise": float(rng.uniform(*NOISE)),
+           "echo": float(rng.uniform(*ECHO)) if rng.random() < 0.5 else 0.0,
+           "seed": int(rng.integers(2**32))}
+    if split == "train":  # its own generator: the espeak-ng draws above stay as they are
+        other = np.random.Generator(np.random.PCG64([SEED, index, 1]))
+        if other.random() < FESTIVAL_SHARE:
+            festival = voices["festival"]
+            out.update(synth="festival", voice=festival[int(other.integers(len(festival)))],
+                       rate=int(other.integers(FESTIVAL_RATE[0], FESTIVAL_RATE[1] + 1)))
+    return out
+
+
+def rendered(plans, workers: int, chunk: int = 200):
+    """(index, plan, WAV bytes) of each plan in order, rendered `chunk` at a time (memory holds
+    one chunk's clips, not the sample's)."""
+    from stages.tasks.common import synth_render
+
+    for start in range(0, len(plans), chunk):
+        part = plans[start:start + chunk]
+        for k, (p, wav) in enumerate(zip(part, synth_render.render(part, RATE, workers),
+                                         strict=True)):
+            yield start + k, p, wav
 
 
 def clips(n: int = CLIPS, workers: int = 0):
     """Yield (relative path, bytes): n clips (clips/NNNNN.wav), then the three lists."""
     import os
 
-    from stages.tasks.common import speech_synth
+    from stages.tasks.common import festival_synth, speech_synth
 
-    voices = voices_by_split(speech_synth.variants())
+    voices = voices_by_split(speech_synth.variants(), festival_synth.voices())
     plans = [plan(i, voices) for i in range(n)]
-    raw = speech_synth.synthesize([(p["text"], p["voice"], p["rate"], p["pitch"])
-                                   for p in plans], workers or min(4, os.cpu_count() or 1))
+    workers = workers or min(4, os.cpu_count() or 1)
     rows = {split: [] for split in SPLIT_FILES}
-    for i, (p, samples) in enumerate(zip(plans, raw, strict=True)):
-        wave = speech_synth.post_process(samples, RATE, p["seed"], p["gain"], p["noise"],
-                                         p["echo"])
-        if len(wave) > MAX_SECONDS * RATE:
-            raise RuntimeError(f"sample clip {i} ({p}) is {len(wave) / RATE:.2f} s, longer "
-                               f"than MAX_SECONDS {MAX_SECONDS}")
+    for i, p, wav in rendered(plans, workers):
+        seconds = (len(wav) - 44) / 2 / RATE  # 16-bit mono after the 44-byte header
+        if seconds > MAX_SECONDS:
+            raise RuntimeError(f"sample clip {i} ({p}) is {seconds:.2f} s, longer than "
+                               f"MAX_SECONDS {MAX_SECONDS}")
         name = f"{i:05d}.wav"
-        rows[p["split"]].append(f"{p['voice']}\t{name}\t{p['text']}\n")
-        yield f"clips/{name}", speech_synth.wav_bytes(wave, RATE)
+        rows[p["split"]].append("\t".join((p["voice"], name, p["text"], p["synth"],
+                                           p["voice"])) + "\n")
+        yield f"clips/{name}", wav
     for split, file in SPLIT_FILES.items():
-        yield file, ("client_id\tpath\tsentence\n" + "".join(rows[split])).encode()
+        yield file, ("\t".join(COLUMNS) + "\n" + "".join(rows[split])).encode()

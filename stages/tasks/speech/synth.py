@@ -1,5 +1,5 @@
 """Synthetic speech from your texts (tools.synth_speech): every text spoken by espeak-ng's and
-Festival's English voices (stages/tasks/common/speech_synth.py, festival_synth.py), 16-bit mono
+Festival's English voices (stages/tasks/common/synth_render.py), 16-bit mono
 WAV, written in the Common Voice layout the speech task reads (clips/ and a list: client_id,
 path, sentence, then synth and voice). Seeded and deterministic: clip i's synthesizer is the
 i-th of the chosen ones in turn, its voice, rate, pitch, gain, noise and echo are drawn from
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-SYNTHS = ("espeak", "festival")
+from stages.tasks.common.synth_render import SYNTHS, render
+
 MARKER = ".synth_speech"
 MARKER_TEXT = "written by tools.synth_speech: its next run with this --out replaces this folder\n"
 COLUMNS = ("client_id", "path", "sentence", "synth", "voice")
@@ -94,30 +95,6 @@ def plan(i: int, text: str, pool: dict, seed: int) -> dict:
             "gain": float(rng.uniform(*GAIN)), "noise": float(rng.uniform(*NOISE)),
             "echo": float(rng.uniform(*ECHO)) if rng.random() < 0.5 else 0.0,
             "seed": int(rng.integers(2**32))}
-
-
-def render(plans, sample_rate: int = 16000, workers: int = 1) -> list[bytes]:
-    """WAV bytes of each plan, in order (espeak-ng's and Festival's jobs each in their own
-    fresh processes)."""
-    from stages.tasks.common import festival_synth, speech_synth
-
-    out = [None] * len(plans)
-    for synth in SYNTHS:
-        at = [k for k, p in enumerate(plans) if p["synth"] == synth]
-        if not at:
-            continue
-        jobs = [(plans[k]["text"], plans[k]["voice"], plans[k]["rate"], plans[k]["pitch"])
-                for k in at]
-        if synth == "espeak":
-            raw = [(x, speech_synth.ESPEAK_RATE) for x in speech_synth.synthesize(jobs, workers)]
-        else:
-            raw = festival_synth.synthesize(jobs, workers)
-        for k, (samples, rate) in zip(at, raw, strict=True):
-            p = plans[k]
-            wave = speech_synth.post_process(samples, sample_rate, p["seed"], p["gain"],
-                                             p["noise"], p["echo"], source_rate=rate)
-            out[k] = speech_synth.wav_bytes(wave, sample_rate)
-    return out
 
 
 def held(p: dict, holdout) -> bool:
