@@ -1,9 +1,9 @@
 """The pipeline's speech (or keyword) model against PocketSphinx on the same clips: the run's own
 test split (the sample's held-out espeak-ng voices) and clips of a synthesizer the run never
-trained on, with the sample's vocabulary: Festival's three English voices (`--other festival`,
-written by tools.synth_speech's renderer, stages/tasks/speech/synth.py), or CMU Flite's four
-(`--other flite`, bench/flite_synth.py), which nothing in the project trains on: the measure
-for a run trained on espeak-ng and Festival both.
+trained on, with the sample's vocabulary: CMU Flite's four voices (`--other flite`, the
+default, bench/flite_synth.py), which nothing in the project trains on, or Festival's three
+English voices (`--other festival`, written by tools.synth_speech's renderer): the built-in
+samples train on Festival too, so it measures only a run trained on espeak-ng alone.
 
 PocketSphinx: Debian's `pocketsphinx` 0.8+5prealpha (`pocketsphinx_batch`, the `en-us` model
 of `pocketsphinx-en-us`, cmudict), with a JSGF grammar of the task's words (speech: one or more
@@ -14,7 +14,7 @@ accuracy (speech) or top-1 (audio), and CPU seconds per clip (ours: this process
 around read + inference; PocketSphinx: its process's CPU, model loading included, over the
 clips).
 
-    python -m bench.speech_peer --run /tmp/speech-run [--clips 240] [--seed 55] [--other flite]
+    python -m bench.speech_peer --run /tmp/speech-run [--clips 240] [--seed 55] [--other festival]
 """
 import os
 import re
@@ -164,11 +164,11 @@ def line(name: str, who: str, s: dict, cpu: float, extra: str = "") -> str:
 @click.option("--clips", default=240, show_default=True, type=click.IntRange(3, 100_000),
               help="Clips of the other synthesizer to synthesize (its voices in turn).")
 @click.option("--seed", default=55, show_default=True, help="The other synthesizer's draws.")
-@click.option("--other", type=click.Choice(OTHERS), default="festival", show_default=True,
-              help="The synthesizer of the second set: festival (its 3 English voices; the "
-                   "samples never train on it) or flite (CMU Flite's awb, rms, slt and kal16, "
-                   "which nothing in the project trains on: for a run trained on espeak-ng "
-                   "and Festival).")
+@click.option("--other", type=click.Choice(OTHERS), default="flite", show_default=True,
+              help="The synthesizer of the second set: flite (CMU Flite's awb, rms, slt and "
+                   "kal16, which nothing in the project trains on) or festival (its 3 English "
+                   "voices, which the built-in samples train on: for a run of your own on "
+                   "espeak-ng alone).")
 def main(run_dir, clips, seed, other):
     """Print ours vs PocketSphinx on the run's test split and on another synthesizer."""
     from stages.tasks import current
@@ -184,8 +184,7 @@ def main(run_dir, clips, seed, other):
         from stages.tasks.audio.sample import WORDS
     with tempfile.TemporaryDirectory(prefix="speech-peer-") as tmp:
         sets = {"the run's test split": held_out_espeak(run, task),
-                f"{other} (never trained on)": other_clips(task, clips, seed,
-                                                           Path(tmp) / other, other)}
+                f"{other} voices": other_clips(task, clips, seed, Path(tmp) / other, other)}
         for name, items in sets.items():
             truths = [t for _, t in items]
             work = Path(tmp) / re.sub(r"\W+", "-", name)

@@ -19,6 +19,25 @@ def missing_tool(what: str, install: str) -> None:
     pytest.skip(f"{what} is not installed (Debian: {install}); under CI=true this test fails "
                 "instead of skipping")
 
+
+
+def need_festival() -> None:
+    """Festival and its three English voices (the samples' second synthesizer, tools.synth_speech)
+    are installed, or missing_tool."""
+    import shutil
+
+    from stages.tasks.common import festival_synth
+
+    if not shutil.which("festival") or festival_synth.voices() != list(festival_synth.VOICES):
+        missing_tool("Festival and its English voices",
+                     f"apt-get install -y {festival_synth.PACKAGES}")
+
+
+@pytest.fixture
+def festival_installed():
+    need_festival()
+
+
 sys.path.insert(0, str(ROOT))
 if "PYTEST_XDIST_WORKER" in os.environ:  # two workers' trainings share the cores: OpenMP's
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spin-waits would steal them
@@ -241,7 +260,8 @@ def speech_params(**extra) -> dict:
 @pytest.fixture(scope="session")
 def speech_project(tmp_path_factory):
     """A committed project copy with `task: speech` on which `dvc repro` ran once on the tiny
-    sample (60 clips, 1 epoch). Read-only: take a `copy_run` of it."""
+    sample (60 clips, 1 epoch; Festival speaks some). Read-only: take a `copy_run` of it."""
+    need_festival()
     return task_run(tmp_path_factory, "speech", speech_params())
 
 

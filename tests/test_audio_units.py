@@ -8,27 +8,58 @@ import pytest
 from stages.lib.io import StageError
 from stages.tasks import get
 from stages.tasks.audio import annotations
-from stages.tasks.audio.sample import VARIANTS, WORDS, clips
+from stages.tasks.audio.sample import HELD_OUT, VARIANTS, WORDS, clips, items, rendered
 
 TASK = get("audio")
 # sha256 over (path, NUL, bytes) of the sample's first 40 clips (2 voice variants x 20 words):
 # the bytes every machine must write (libespeak-ng in a fresh process per text, numpy float64
 # post-processing; see stages/tasks/audio/sample.py)
 SAMPLE_40 = "2f3a19994a8230dc3f40bf6aae6530b66c1f9ebf35491f57314419d86e62f50e"
+# sha256 of the first rendition of "yes" by each of Festival's voices (festival 1:2.5.0-9 and
+# the voices' packages that .ci/run pins)
+FESTIVAL_YES = {
+    "kal_diphone": "b678d9ab156274a0db9440c4a08b65922f8e0b9c2a45910fc68a9a28ba225e04",
+    "ked_diphone": "3735a1b84ee59777e8f38891aa5a6b7df3a7acbd94a2580f0a0303e0fb93c7ba",
+    "cmu_us_slt_arctic_hts": "648a2fd6ec8c3b19dd9a17b375c098b8d9acdbbf836cccf4fd2b7bd009b16c77"}
 
 
 def test_sample_bytes_are_fixed_and_every_word_and_voice_is_there():
-    items = list(clips(per_class=2))
-    assert len(items) == 40
-    assert [rel for rel, _ in items[:2]] == ["yes/m1_nohash_0.wav", "yes/f1_nohash_0.wav"]
+    written = list(clips(per_class=2))
+    wavs = [(rel, data) for rel, data in written if rel.endswith(".wav")]
+    assert len(wavs) == 40
+    assert [rel for rel, _ in wavs[:2]] == ["yes/m1_nohash_0.wav", "yes/f1_nohash_0.wav"]
     h = hashlib.sha256()
-    for rel, data in items:
+    for rel, data in wavs:
         h.update(rel.encode() + b"\0" + data)
     assert h.hexdigest() == SAMPLE_40
-    assert {rel.split("/")[0] for rel, _ in items} == set(WORDS) and len(WORDS) == 20
+    assert {rel.split("/")[0] for rel, _ in wavs} == set(WORDS) and len(WORDS) == 20
     assert len(set(VARIANTS)) == len(VARIANTS) == 80
     again = dict(clips(per_class=1))  # a clip does not depend on which others are written
-    assert all(again[rel] == data for rel, data in items if rel in again)
+    assert all(again[rel] == data for rel, data in wavs if rel in again)
+
+
+def test_festival_voices_train_and_the_held_out_voices_are_listed(festival_installed):
+    """Festival's three voices speak every word (8 renditions each) after espeak-ng's variants,
+    all in train; the split lists name exactly HELD_OUT's espeak-ng voices' clips among those
+    written; a Festival clip's bytes are pinned."""
+    from stages.tasks.common import festival_synth
+
+    every = items()
+    assert len(every) == 20 * (80 + 3 * 8)
+    festival = [i for i in every if i[0] == "festival"]
+    assert {v for _, _, v, _ in festival} == set(festival_synth.VOICES)
+    assert not {v for _, _, v, _ in festival} & {v for h in HELD_OUT.values() for v in h}
+    assert all(i[0] == "espeak" for i in items(per_class=80))  # a tiny sample: espeak-ng only
+    lists = {rel: data.decode().splitlines() for rel, data in clips(per_class=14)
+             if rel.endswith(".txt")}
+    for name, split in annotations.SPLIT_LISTS.items():
+        voices = {annotations.speaker(rel) for rel in lists[name]}
+        assert voices == set(HELD_OUT[split]) & set(VARIANTS[:14]) and voices
+        assert lists[name] == sorted(lists[name]) and len(lists[name]) == 20 * len(voices)
+    part = [("festival", "yes", v, 0) for v in festival_synth.VOICES]
+    got = {rel.split("/")[1].split("_nohash_")[0]: hashlib.sha256(data).hexdigest()
+           for rel, data in rendered(part)}
+    assert got == FESTIVAL_YES
 
 
 def listing(paths):

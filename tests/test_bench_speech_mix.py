@@ -2,22 +2,16 @@
 tools.synth_speech would, in the layout the keyword task reads, with the speech sample's
 held-out espeak-ng voices as its given test split (a small one: 4 clips a word). The whole
 bench (dvc repro and bench/speech_peer.py --other flite) is in docs/benchmarks.md."""
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from stages.tasks.common import festival_synth
-from tests.conftest import ROOT, missing_tool
+from tests.conftest import ROOT
 
 
-@pytest.fixture(autouse=True)
-def festival_installed():
-    if not shutil.which("festival") or festival_synth.voices() != list(festival_synth.VOICES):
-        missing_tool("Festival and its English voices",
-                     f"apt-get install -y {festival_synth.PACKAGES}")
+pytestmark = pytest.mark.usefixtures("festival_installed")
 
 
 def test_a_keyword_project_on_two_synthesizers_holds_the_sample_test_voices_out(tmp_path):

@@ -6,16 +6,13 @@ import shutil
 import pytest
 
 from bench import speech_peer
-from stages.tasks.common import festival_synth
-from tests.conftest import missing_tool
+from tests.conftest import missing_tool, need_festival
 from tests.test_hardening4_audio import audio_model, tone, wav  # noqa: F401 - its fixture
 
 
 @pytest.fixture(autouse=True)
 def tools_installed():
-    if not shutil.which("festival") or festival_synth.voices() != list(festival_synth.VOICES):
-        missing_tool("Festival and its English voices",
-                     f"apt-get install -y {festival_synth.PACKAGES}")
+    need_festival()
     if not shutil.which("pocketsphinx_batch"):
         missing_tool("PocketSphinx", "apt-get install -y pocketsphinx pocketsphinx-en-us")
 

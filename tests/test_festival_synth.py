@@ -5,13 +5,11 @@ and post-processed (a change of Festival, a voice package or the post-processing
 the pins hold for festival 1:2.5.0-9, festvox-kallpc16k 2.4-1, festvox-kdlpc16k 1.4.0-6.1 and
 festvox-us-slt-hts 0.2010.10.25-4, the versions .ci/run installs)."""
 import hashlib
-import shutil
 
 import numpy as np
 import pytest
 
 from stages.tasks.common import festival_synth, speech_synth
-from tests.conftest import missing_tool
 
 PINNED = {  # voice: (played rate, sha256 of the raw samples, of the post-processed ones)
     "kal_diphone": (16800, "bbc2f76243e10f4006d574be11c0c52ddedbe41ce034757e783b4feb40cefe7a",
@@ -24,11 +22,7 @@ PINNED = {  # voice: (played rate, sha256 of the raw samples, of the post-proces
 }
 
 
-@pytest.fixture(autouse=True)
-def festival_installed():
-    if not shutil.which("festival") or festival_synth.voices() != list(festival_synth.VOICES):
-        missing_tool("Festival and its English voices", f"apt-get install -y "
-                                                         f"{festival_synth.PACKAGES}")
+pytestmark = pytest.mark.usefixtures("festival_installed")
 
 
 def digest(samples) -> str:

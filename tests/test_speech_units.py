@@ -14,11 +14,12 @@ from stages.tasks.speech import sample as speech_sample
 from stages.tasks.speech.checks import STRIDE, frames, repeats
 
 # sha256 over (path, NUL, bytes) of the sample with 12 clips: the bytes every machine must write
-# (libespeak-ng from the pinned wheel, one fresh process per clip, float64 post-processing)
-SAMPLE_12 = "12897dbe9aef835cb33d7d87f8bf9e4c023f59b3b17adb88030dfff052f82142"
+# (libespeak-ng from the pinned wheel and Festival from the Debian packages .ci/run pins, one
+# fresh process per clip, float64 post-processing); clips 7-9 are Festival's three voices
+SAMPLE_12 = "ec50784a60f2382062d09ac21027a4c0a29300bb2875b17ab3108e65b40b7254"
 
 
-def test_sample_bytes_are_fixed_and_its_test_voices_are_never_trained_on():
+def test_sample_bytes_are_fixed_and_its_test_voices_are_never_trained_on(festival_installed):
     h = hashlib.sha256()
     files = list(speech_sample.clips(12))
     for rel, data in files:
@@ -28,6 +29,10 @@ def test_sample_bytes_are_fixed_and_its_test_voices_are_never_trained_on():
     assert names[-3:] == ["train.tsv", "dev.tsv", "test.tsv"]
     lists = {rel: data.decode().splitlines() for rel, data in files[-3:]}
     voices = {rel: {line.split("\t")[0] for line in lines[1:]} for rel, lines in lists.items()}
+    assert all(lines[0].split("\t") == list(speech_sample.COLUMNS) for lines in lists.values())
+    synths = {rel: {line.split("\t")[3] for line in lines[1:]} for rel, lines in lists.items()}
+    assert synths == {"train.tsv": {"espeak", "festival"}, "dev.tsv": {"espeak"},
+                      "test.tsv": {"espeak"}}
     assert not voices["test.tsv"] & voices["train.tsv"]
     assert not voices["dev.tsv"] & voices["train.tsv"]
     for _, data in files[:-3]:
@@ -39,14 +44,46 @@ def test_sample_bytes_are_fixed_and_its_test_voices_are_never_trained_on():
                for t in texts)
 
 
-def test_first_clips_do_not_depend_on_how_many_are_written():
-    from stages.tasks.common import speech_synth
+def test_first_clips_do_not_depend_on_how_many_are_written(festival_installed):
+    from stages.tasks.common import festival_synth, speech_synth
 
-    voices = speech_sample.voices_by_split(speech_synth.variants())
+    voices = speech_sample.voices_by_split(speech_synth.variants(), festival_synth.voices())
     assert [speech_sample.plan(i, voices) for i in range(5)] == [
         speech_sample.plan(i, voices) for i in range(5)]
     assert len(voices["test"]) == len(speech_sample.HELD_OUT["test"]) == 8
     assert not set(voices["test"]) & set(voices["train"])
+
+
+def test_festival_trains_and_the_test_and_val_clips_do_not_depend_on_it(festival_installed,
+                                                                        monkeypatch):
+    """Festival speaks about FESTIVAL_SHARE of the train clips, every one of its voices, at
+    FESTIVAL_RATE; no val or test clip; and with Festival's share at 0 every val and test plan,
+    and every espeak-ng train plan, is as before (Festival draws from its own generator)."""
+    from stages.tasks.common import festival_synth, speech_synth
+
+    voices = speech_sample.voices_by_split(speech_synth.variants(), festival_synth.voices())
+    plans = [speech_sample.plan(i, voices) for i in range(speech_sample.CLIPS)]
+    train = [p for p in plans if p["split"] == "train"]
+    festival = [p for p in plans if p["synth"] == "festival"]
+    assert all(p["split"] == "train" for p in festival)
+    assert abs(len(festival) / len(train) - speech_sample.FESTIVAL_SHARE) < 0.05
+    assert {p["voice"] for p in festival} == set(festival_synth.VOICES)
+    lo, hi = speech_sample.FESTIVAL_RATE
+    assert all(lo <= p["rate"] <= hi for p in festival)
+    monkeypatch.setattr(speech_sample, "FESTIVAL_SHARE", 0.0)
+    alone = [speech_sample.plan(i, voices) for i in range(speech_sample.CLIPS)]
+    assert all(p["synth"] == "espeak" for p in alone)
+    assert [p for p in plans if p["synth"] == "espeak"] == [
+        q for p, q in zip(plans, alone, strict=True) if p["synth"] == "espeak"]
+
+
+def test_the_sample_names_the_packages_when_festival_is_missing(monkeypatch):
+    from stages.tasks.common import festival_synth, speech_synth
+
+    monkeypatch.setattr(festival_synth, "voices", lambda: [])
+    with pytest.raises(RuntimeError, match="speech sample .* apt-get install -y festival "
+                                           "festvox-kallpc16k festvox-kdlpc16k"):
+        speech_sample.voices_by_split(speech_synth.variants(), [])
 
 
 def test_ctc_length_rule_matches_torchs_loss():

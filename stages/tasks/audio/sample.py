@@ -74,21 +74,30 @@ def items(per_class: int = 0) -> list[tuple[str, str, str, int]]:
     return out
 
 
+def rendered(part, workers: int = 2):
+    """(relative path, WAV bytes) of each (synth, word, voice, k) of items, in order."""
+    from stages.tasks.common import synth_render
+
+    plans = [{"synth": synth, "text": word, "voice": voice, **rendition(word, voice, k)}
+             for synth, word, voice, k in part]
+    data = synth_render.render(plans, SAMPLE_RATE, workers)
+    return [(f"{word}/{voice}{NOHASH}{k}.wav", wav)
+            for (_, word, voice, k), wav in zip(part, data, strict=True)]
+
+
 def clips(per_class: int = 0, workers: int = 2, chunk: int = 400):
     """Yield (relative path, WAV bytes) in items' order, rendered `chunk` at a time, then
     Speech Commands' split lists (HELD_OUT's voices among the clips written)."""
-    from stages.tasks.common import synth_render
+    from stages.tasks.common import festival_synth
 
     plan = items(per_class)
+    if any(synth == "festival" for synth, _, _, _ in plan):
+        festival_synth.require("the built-in keyword sample")
     held = {v: split for split, voices in HELD_OUT.items() for v in voices}
     lists = {split: [] for split in HELD_OUT}
     for start in range(0, len(plan), chunk):
         part = plan[start:start + chunk]
-        plans = [{"synth": synth, "text": word, "voice": voice, **rendition(word, voice, k)}
-                 for synth, word, voice, k in part]
-        for (synth, word, voice, k), wav in zip(part, synth_render.render(plans, SAMPLE_RATE,
-                                                                          workers), strict=True):
-            rel = f"{word}/{voice}{NOHASH}{k}.wav"
+        for (synth, _, voice, _), (rel, wav) in zip(part, rendered(part, workers), strict=True):
             if synth == "espeak" and voice in held:
                 lists[held[voice]].append(rel)
             yield rel, wav

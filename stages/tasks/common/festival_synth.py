@@ -74,6 +74,14 @@ def check_voices(names) -> None:
                            f"install -y {' '.join(VOICES[v] for v in missing)}")
 
 
+def require(who: str) -> None:
+    """An error naming every package to install when festival or any voice of VOICES is
+    missing (who: what needs them, for the message)."""
+    if not shutil.which("festival") or voices() != list(VOICES):
+        raise RuntimeError(f"{who} speaks with Festival's English voices too, and they are not "
+                           f"all installed here: apt-get install -y {PACKAGES}")
+
+
 def pitch_factor(pitch: int) -> float:
     """How much faster the voice is played back for pitch 0-99 (1.0 at 50)."""
     return 2.0 ** ((int(pitch) - 50) / 50 * PITCH_SEMITONES / 12)
