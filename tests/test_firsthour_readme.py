@@ -71,6 +71,9 @@ SKIP = {
     r"^python -m tools\.init --task (detection|segmentation|ocr|audio|speech)":
         "switches the workspace to another task's full-size sample (minutes of training); "
         "tests/test_init_e2e.py runs init and dvc repro per task on tiny data",
+    r"^apt-get install ":
+        "installs Debian packages (root and the network); .ci/run installs the same, at pinned "
+        "versions, before the suite",
     r"^python -m pytest":
         "the test suite itself (this test included); .ci/run runs it whole",
     r"^git clone <repo>|^python -m venv \.venv|^dvc pull data/processed":

@@ -80,8 +80,10 @@ def test_festival_trains_and_the_test_and_val_clips_do_not_depend_on_it(festival
 def test_the_sample_names_the_packages_when_festival_is_missing(monkeypatch):
     from stages.tasks.common import festival_synth, speech_synth
 
+    from stages.lib.io import StageError
+
     monkeypatch.setattr(festival_synth, "voices", lambda: [])
-    with pytest.raises(RuntimeError, match="speech sample .* apt-get install -y festival "
+    with pytest.raises(StageError, match="speech sample .* apt-get install -y festival "
                                            "festvox-kallpc16k festvox-kdlpc16k"):
         speech_sample.voices_by_split(speech_synth.variants(), [])
 

@@ -75,10 +75,12 @@ def check_voices(names) -> None:
 
 
 def require(who: str) -> None:
-    """An error naming every package to install when festival or any voice of VOICES is
-    missing (who: what needs them, for the message)."""
+    """A StageError (printed without a traceback) naming every package to install when
+    festival or any voice of VOICES is missing (who: what needs them, for the message)."""
+    from stages.lib.io import StageError
+
     if not shutil.which("festival") or voices() != list(VOICES):
-        raise RuntimeError(f"{who} speaks with Festival's English voices too, and they are not "
+        raise StageError(f"{who} speaks with Festival's English voices too, and they are not "
                            f"all installed here: apt-get install -y {PACKAGES}")
 
 
