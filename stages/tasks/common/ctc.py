@@ -72,23 +72,19 @@ def _add(grown: dict, prefix, b: float, nb: float) -> None:
     grown[prefix] = (_logaddexp(ob, b), _logaddexp(onb, nb))
 
 
-def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]:
-    """CTC prefix beam search over one line's T x C log-probabilities (class 0 the blank):
-    (the most probable labelling the beam found, its log-probability log P(labelling | line)).
+def prefix_beams(logp: np.ndarray, width: int, growths) -> dict:
+    """CTC prefix beam search over one line's T x C log-probabilities (class 0 the blank): the
+    `width` prefixes kept after the last frame, {prefix (labels): (log sum of its paths ending
+    in a blank, ... ending in its last label)}.
 
-    Every prefix carries two sums, over the paths so far that end in a blank and in its last
-    label; at each frame every kept prefix stays (blank, or its last label repeated) or grows by
-    one label (after a blank, a repeat of the last label grows it too), sums of paths that reach
-    the same prefix are added, and the `width` most probable prefixes are kept (ties: the
-    smaller label tuple first, so the result is a pure function of the input). With a width at
-    least the number of labellings it is exact: the labelling of highest total probability,
-    summed over all its paths (the tests compare it with brute-force enumeration).
-
-    Only the `width` best growths of each prefix are scored in full: a growth q = p + (c,) that
-    is not a kept prefix gets mass from p alone, so when `width` other growths of p beat it, q
-    cannot be among the `width` best; a growth that is a kept prefix is always scored."""
-    beams = {(): (0.0, NEG_INF)}  # prefix -> (log sum ending in blank, ... ending in a label)
-    labels = logp.shape[1] - 1
+    At each frame every kept prefix stays (blank, or its last label repeated) or grows by one of
+    the labels `growths(prefix, ext, beams)` gives (1-based; ext[c - 1] is the log mass growing
+    by label c would get, after a blank when c repeats the last label; beams the kept prefixes),
+    sums of paths that reach the same prefix are added, and the `width` most probable prefixes
+    are kept (ties: the smaller label tuple first, so the result is a pure function of the
+    input). prefix_search grows by every label worth scoring; a lexicon search
+    (stages/tasks/speech/lexicon.py) by those its words allow."""
+    beams = {(): (0.0, NEG_INF)}
     for frame in np.asarray(logp, dtype=np.float64):
         blank, scores = float(frame[0]), frame[1:]
         grown = {}
@@ -101,19 +97,40 @@ def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]
             if last:
                 ext = ext.copy()
                 ext[last - 1] = pb + scores[last - 1]  # a repeat grows only after a blank
-            if labels > width:
-                best = np.argpartition(-ext, width)[:width]
-                best = set(best.tolist()) | {q[-1] - 1 for q in beams
-                                             if len(q) == len(prefix) + 1 and q[:-1] == prefix}
-            else:
-                best = range(labels)
-            for c in sorted(best):
-                if ext[c] > NEG_INF:
-                    _add(grown, (*prefix, c + 1), NEG_INF, float(ext[c]))
+            for c in sorted(growths(prefix, ext, beams)):
+                if ext[c - 1] > NEG_INF:
+                    _add(grown, (*prefix, c), NEG_INF, float(ext[c - 1]))
         ranked = sorted(grown.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
         beams = dict(ranked[:width])
-    prefix, (pb, pnb) = min(beams.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
-    return prefix, _logaddexp(pb, pnb)
+    return beams
+
+
+def best(beams: dict) -> tuple[tuple[int, ...], float]:
+    """(prefix, log-probability) of the most probable of prefix_beams' prefixes (ties: the
+    smaller label tuple)."""
+    prefix, sums = min(beams.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
+    return prefix, _logaddexp(*sums)
+
+
+def prefix_search(logp: np.ndarray, width: int) -> tuple[tuple[int, ...], float]:
+    """(the most probable labelling the beam found, its log-probability log P(labelling | line)):
+    prefix_beams growing each prefix by any label. With a width at least the number of
+    labellings it is exact: the labelling of highest total probability, summed over all its
+    paths (the tests compare it with brute-force enumeration).
+
+    Only the `width` best growths of each prefix are scored in full: a growth q = p + (c,) that
+    is not a kept prefix gets mass from p alone, so when `width` other growths of p beat it, q
+    cannot be among the `width` best; a growth that is a kept prefix is always scored."""
+    labels = logp.shape[1] - 1
+
+    def growths(prefix, ext, beams):
+        if labels <= width:
+            return range(1, labels + 1)
+        top = np.argpartition(-ext, width)[:width]
+        return {int(c) + 1 for c in top} | {q[-1] for q in beams
+                                            if len(q) == len(prefix) + 1 and q[:-1] == prefix}
+
+    return best(prefix_beams(logp, width, growths))
 
 
 def text_logprob(logp: np.ndarray, labels) -> float:

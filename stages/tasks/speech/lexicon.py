@@ -8,7 +8,7 @@ The lexicon is prepare's (meta.json `lexicon`, carried by model.pt and the expor
 metadata): the train split's distinct words, sorted, when there are at most MAX_WORDS of them;
 an empty list (an open vocabulary: LibriSpeech, Common Voice) decodes freely, as before.
 
-The search is ctc.prefix_search with the growths a prefix may take restricted to the trie's:
+The search is ctc.prefix_beams with the growths a prefix may take restricted to the trie's:
 the next letter of a lexicon word, a space after a whole word. A line's text must end on a whole
 word (or be empty); when every prefix the beam kept ends inside a word (an untrained model, a
 clip cut short), each is cut back to its last whole word and the cut texts are scored exactly:
@@ -51,35 +51,24 @@ def trie(words, charset) -> dict:
 def search(logp: np.ndarray, width: int, root: dict, space: int | None):
     """(labels, log-probability the beam summed) of the most probable text spelled by lexicon
     words over one line's T x C log-probabilities; see the module docstring."""
-    from stages.tasks.common.ctc import NEG_INF, _add, _logaddexp
+    from stages.tasks.common.ctc import best, prefix_beams, text_logprob
 
-    beams = {(): (0.0, NEG_INF)}
     nodes = {(): root}  # each kept prefix's trie node (root after a space)
-    for frame in np.asarray(logp, dtype=np.float64):
-        blank = float(frame[0])
-        grown: dict = {}
-        for prefix, (pb, pnb) in beams.items():
-            total = _logaddexp(pb, pnb)
-            last = prefix[-1] if prefix else None
-            _add(grown, prefix, total + blank,
-                 pnb + float(frame[last]) if last else NEG_INF)
-            node = nodes[prefix]
-            growths = [c for c in node if c != END]
-            if END in node and space is not None:
-                growths.append(space)
-            for c in sorted(growths):
-                child = (*prefix, c)
-                nodes.setdefault(child, root if c == space else node[c])
-                _add(grown, child, NEG_INF, (pb if c == last else total) + float(frame[c]))
-        ranked = sorted(grown.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
-        beams = dict(ranked[:width])
+
+    def growths(prefix, _ext, _beams):
+        node = nodes[prefix]
+        out = [c for c in node if c != END]
+        if END in node and space is not None:
+            out.append(space)
+        for c in out:
+            nodes.setdefault((*prefix, c), root if c == space else node[c])
+        return out
+
+    beams = prefix_beams(logp, width, growths)
     whole = {p: v for p, v in beams.items() if not p or END in nodes[p]}
     if whole:
-        prefix, sums = min(whole.items(), key=lambda kv: (-_logaddexp(*kv[1]), kv[0]))
-        return prefix, _logaddexp(*sums)
+        return best(whole)
     # every kept prefix ends inside a word: each cut back to its last whole word, scored exactly
-    from stages.tasks.common.ctc import text_logprob
-
     cut = {whole_words(p, space) for p in beams}
     scored = {c: text_logprob(logp, c) for c in cut}
     return min(scored.items(), key=lambda kv: (-kv[1], kv[0]))
