@@ -17,17 +17,22 @@ def main(params_path):
     Reads `task` and `sample.per_class` (0 = all images) from the params file. For
     classification: scikit-learn's 1,797 digits as <digit>/<index>.pgm.
     """
+    from tqdm import tqdm
+
     from stages.tasks import open_stage
 
     task, params, _ = open_stage("sample", params_path)  # first: a bad value, or a misfit
     tmp = OUT.with_name(OUT.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     n = 0
-    for rel, data in task.sample(params["sample"]):
-        target = tmp / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        n += 1
+    # a count on a terminal (the synthesized samples take minutes); nothing in a log
+    with tqdm(desc="sample", unit="file", disable=None) as bar:
+        for rel, data in task.sample(params["sample"]):
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            n += 1
+            bar.update()
     shutil.rmtree(OUT, ignore_errors=True)
     tmp.rename(OUT)  # the folder appears whole or not at all
     click.echo(f"sample: wrote {n} files to {OUT}/")
