@@ -227,8 +227,9 @@ def copy_ocr_project(dest, params: dict) -> Path:
 
 # --- audio (issue 40) -------------------------------------------------------------------------
 
-# 14 voice variants x 20 words of the built-in sample, 1 epoch; the 20% shares give 8 train, 2
-# val and 4 test voices (at 15% no voice lands in val)
+# 14 voice variants x 20 words of the built-in sample (espeak-ng's only), 1 epoch; its split
+# lists hold out 1 of them for val and 3 for test; the 20% shares would carve the split were
+# the lists without one
 AUDIO_TINY = {"sample.per_class": 14, "split.val": 0.2, "split.test": 0.2,
               "train.epochs": 1, "train.warmup_epochs": 0, "train.batch_size": 16}
 
