@@ -24,6 +24,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from bench import speech_peer
+
 WIDTH = 8  # the lexicon and free beams' width (predict's default)
 VIEWS = (("speed", 0.9), ("speed", 1.1), ("band", 1), ("band", -1))
 DISAGREE = -50.0  # views_geo: the log-probability a view counts with when its answer differs
@@ -99,19 +101,11 @@ def scored(model, items, charset, words) -> tuple[list[bool], dict]:
 
 
 @click.command()
-@click.option("--run", "run_dir", default=".", show_default=True,
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Root of a finished `dvc repro` of task speech (its model.onnx, with a "
-                   "lexicon, test split and data.source).")
-@click.option("--clips", default=120, show_default=True, type=click.IntRange(3, 100_000),
-              help="Clips of the other synthesizer (its voices in turn).")
-@click.option("--seed", default=55, show_default=True, help="The other synthesizer's draws.")
-@click.option("--other", type=click.Choice(("flite", "festival")), default="flite",
-              show_default=True, help="The synthesizer of the second set (bench/speech_peer.py).")
+@speech_peer.run_options("task speech (its model.onnx, with a lexicon, test split and "
+                         "data.source)", 120)
 def main(run_dir, clips, seed, other):
     """Print each candidate confidence's AUROC of clip correctness on the run's test split
     and on another synthesizer's clips."""
-    from bench import speech_peer
     from stages.tasks.common.ctc import auroc
     from tools.inference import load
 

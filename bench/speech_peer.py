@@ -156,19 +156,34 @@ def line(name: str, who: str, s: dict, cpu: float, extra: str = "") -> str:
     return f"{name:28s} {who:12s} {figures}  cpu/clip {cpu * 1000:.1f} ms{extra}"
 
 
+def run_options(what: str, clips: int):
+    """The click options both speech benches take: --run (a finished run: `what`), --clips
+    (default `clips`), --seed and --other."""
+    def add(f):
+        for option in reversed((
+                click.option("--run", "run_dir", default=".", show_default=True,
+                             type=click.Path(exists=True, file_okay=False, path_type=Path),
+                             help=f"Root of a finished `dvc repro` of {what}."),
+                click.option("--clips", default=clips, show_default=True,
+                             type=click.IntRange(3, 100_000),
+                             help="Clips of the other synthesizer to synthesize (its voices in "
+                                  "turn)."),
+                click.option("--seed", default=55, show_default=True,
+                             help="The other synthesizer's draws."),
+                click.option("--other", type=click.Choice(OTHERS), default="flite",
+                             show_default=True,
+                             help="The synthesizer of the second set: flite (CMU Flite's awb, "
+                                  "rms, slt and kal16, which nothing in the project trains on) "
+                                  "or festival (its 3 English voices, which the built-in "
+                                  "samples train on: for a run of your own on espeak-ng "
+                                  "alone)."))):
+            f = option(f)
+        return f
+    return add
+
+
 @click.command()
-@click.option("--run", "run_dir", default=".", show_default=True,
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Root of a finished `dvc repro` of task speech or audio (its model.onnx, "
-                   "test split and data.source).")
-@click.option("--clips", default=240, show_default=True, type=click.IntRange(3, 100_000),
-              help="Clips of the other synthesizer to synthesize (its voices in turn).")
-@click.option("--seed", default=55, show_default=True, help="The other synthesizer's draws.")
-@click.option("--other", type=click.Choice(OTHERS), default="flite", show_default=True,
-              help="The synthesizer of the second set: flite (CMU Flite's awb, rms, slt and "
-                   "kal16, which nothing in the project trains on) or festival (its 3 English "
-                   "voices, which the built-in samples train on: for a run of your own on "
-                   "espeak-ng alone).")
+@run_options("task speech or audio (its model.onnx, test split and data.source)", 240)
 def main(run_dir, clips, seed, other):
     """Print ours vs PocketSphinx on the run's test split and on another synthesizer."""
     from stages.tasks import current

@@ -23,12 +23,13 @@ def missing_tool(what: str, install: str) -> None:
 
 def need_festival() -> None:
     """Festival and its three English voices (the samples' second synthesizer, tools.synth_speech)
-    are installed, or missing_tool."""
-    import shutil
-
+    are installed (festival_synth.require), or missing_tool."""
+    from stages.lib.io import StageError
     from stages.tasks.common import festival_synth
 
-    if not shutil.which("festival") or festival_synth.voices() != list(festival_synth.VOICES):
+    try:
+        festival_synth.require("this test")
+    except StageError:
         missing_tool("Festival and its English voices",
                      f"apt-get install -y {festival_synth.PACKAGES}")
 

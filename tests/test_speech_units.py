@@ -45,9 +45,9 @@ def test_sample_bytes_are_fixed_and_its_test_voices_are_never_trained_on(festiva
 
 
 def test_first_clips_do_not_depend_on_how_many_are_written(festival_installed):
-    from stages.tasks.common import festival_synth, speech_synth
+    from stages.tasks.common import speech_synth
 
-    voices = speech_sample.voices_by_split(speech_synth.variants(), festival_synth.voices())
+    voices = speech_sample.voices_by_split(speech_synth.variants())
     assert [speech_sample.plan(i, voices) for i in range(5)] == [
         speech_sample.plan(i, voices) for i in range(5)]
     assert len(voices["test"]) == len(speech_sample.HELD_OUT["test"]) == 8
@@ -61,7 +61,7 @@ def test_festival_trains_and_the_test_and_val_clips_do_not_depend_on_it(festival
     and every espeak-ng train plan, is as before (Festival draws from its own generator)."""
     from stages.tasks.common import festival_synth, speech_synth
 
-    voices = speech_sample.voices_by_split(speech_synth.variants(), festival_synth.voices())
+    voices = speech_sample.voices_by_split(speech_synth.variants())
     plans = [speech_sample.plan(i, voices) for i in range(speech_sample.CLIPS)]
     train = [p for p in plans if p["split"] == "train"]
     festival = [p for p in plans if p["synth"] == "festival"]
@@ -85,7 +85,7 @@ def test_the_sample_names_the_packages_when_festival_is_missing(monkeypatch):
     monkeypatch.setattr(festival_synth, "voices", lambda: [])
     with pytest.raises(StageError, match="speech sample .* apt-get install -y festival "
                                            "festvox-kallpc16k festvox-kdlpc16k"):
-        speech_sample.voices_by_split(speech_synth.variants(), [])
+        speech_sample.voices_by_split(speech_synth.variants())
 
 
 def test_ctc_length_rule_matches_torchs_loss():
