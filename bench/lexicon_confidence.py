@@ -12,11 +12,13 @@ clips whose greedy text is the lexicon's first; `per_word`, log P(text | clip) p
 `vs_free_beam`, log P(text | clip) less the log-probability of the free beam's best text;
 `min_nonblank` and `mean_nonblank`, the least and the mean top posterior of the frames whose
 best class is not the blank; `entropy`, minus the frames' mean entropy. Two more run the model
-on VIEWS of the clip besides itself (the stored log-mel played 0.9x and 1.1x as fast, and moved
-one mel band up and down: test-time views, 5 model runs and lexicon searches a clip):
+on the test-time VIEWS of the clip besides itself (stages/tasks/speech/views.py: its spoken part
+played 0.9x and 1.1x as fast, its mel bands moved one up and one down; 5 model runs and lexicon
+searches a clip):
 `views_agree`, (the views whose own answer is the clip's text + P(text | clip)) / 5;
 `views_geo`, the mean over the clip and its views of log P(text | view), a view whose own
-answer differs counting as DISAGREE.
+answer differs counting as DISAGREE: the log of the confidence evaluate, predict and serve
+answer.
 """
 import tempfile
 from pathlib import Path
@@ -25,24 +27,9 @@ import click
 import numpy as np
 
 from bench import speech_peer
+from stages.tasks.speech.views import DISAGREE, VIEWS, view
 
 WIDTH = 8  # the lexicon and free beams' width (predict's default)
-VIEWS = (("speed", 0.9), ("speed", 1.1), ("band", 1), ("band", -1))
-DISAGREE = -50.0  # views_geo: the log-probability a view counts with when its answer differs
-
-
-def view(x: np.ndarray, kind: str, amount) -> np.ndarray:
-    """A stored log-mel clip (bands x frames x 1, uint8) played `amount` times as fast (linear
-    interpolation along time, the last frame held past the end) or moved `amount` mel bands up
-    (rolled)."""
-    x = np.asarray(x)
-    if kind == "band":
-        return np.roll(x, amount, axis=0)
-    bands, frames = x.shape[:2]
-    at = np.arange(frames) * amount
-    out = np.stack([np.interp(at, np.arange(frames), x[b, :, 0].astype(np.float64))
-                    for b in range(bands)])
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)[..., None]
 
 
 def view_scores(text: str, logprob: float, others) -> dict:
@@ -87,7 +74,7 @@ def scored(model, items, charset, words) -> tuple[list[bool], dict]:
     right, out = [], {}
     for path, truth in items:
         x = np.asarray(model.modality.read(path, model.spec))
-        logits = model.logits(np.stack([x, *(view(x, k, a) for k, a in VIEWS)]))
+        logits = model.logits(np.stack([x, *(view(x[None], k, a)[0] for k, a in VIEWS)]))
         text, scores = candidates(logits[0], charset, words)
         labels = [charset.index(c) + 1 for c in text]
         others = [(candidates(v, charset, words)[0],

@@ -38,7 +38,7 @@ def main(params_path):
     kernels = use_trained(params["train"], click.echo)  # before torch loads: the model's kernels
     from stages.lib.model.models import no_weights, predict_bucketed, predict_outputs
     from stages.lib.model.provenance import run_record, write_run_record
-    from stages.lib.data.shards import View, samples_view, load_test, load_widths
+    from stages.lib.data.shards import Mapped, View, samples_view, load_test, load_widths
 
     from stages.lib.train.cores import stage_threads
 
@@ -52,9 +52,19 @@ def main(params_path):
         return (predict_outputs(m, x, p.batch_size) if widths is None  # normalised per batch
                 else predict_bucketed(m, x, widths, task, p.batch_size))
 
-    outputs = outputs_of(model)
     images = samples_view("test")  # uint8, what the model saw
-    metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p)
+
+    def views_of(m, m_meta) -> dict:
+        """{"views": the outputs of each of the task's test-time views} (speech: what its
+        confidence reads, as predict's does), or {} when it has none."""
+        made = [predict_outputs(m, Mapped(images, f, m_meta["mean"], m_meta["std"],
+                                          task.modality_name), p.batch_size)
+                for f in task.views(m_meta)] if widths is None else []
+        return {"views": made} if made else {}
+
+    outputs = outputs_of(model)
+    metrics, files, summary = task.evaluate(outputs, y, paths, images, meta, p,
+                                            **views_of(model, meta))
     if not no_weights(p.compare_with):  # an earlier model on the same test set, side by side
         old, old_meta = load_model(p.compare_with)
         shape_of = task.modality.shape_of  # what the stored samples look like
@@ -67,7 +77,8 @@ def main(params_path):
         # the same pixels, normalised as that model was trained (prepare.mean/std: auto moves
         # a little when images are added)
         old_x = View(x.split, x.kind, old_meta["mean"], old_meta["std"])
-        old_metrics = task.evaluate(outputs_of(old, old_x), y, paths, images, old_meta, p)[0]
+        old_metrics = task.evaluate(outputs_of(old, old_x), y, paths, images, old_meta, p,
+                                    **views_of(old, old_meta))[0]
         metrics = {**metrics, "compare_with": {"model": p.compare_with, **old_metrics}}
         summary += f"; {p.compare_with} on the same test set: see compare_with in {METRICS}"
     if widths is not None:  # how many test lines ran at each width

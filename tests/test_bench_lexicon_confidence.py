@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from bench.lexicon_confidence import DISAGREE, candidates, view, view_scores
+from bench.lexicon_confidence import DISAGREE, candidates, view_scores
 from tests.conftest import ROOT, missing_tool
 
 CHARSET = [" ", "e", "i", "n", "o", "s", "t", "w", "x"]
@@ -46,19 +46,6 @@ def test_the_bench_prints_each_candidates_auroc_on_both_sets(speech_project):
     assert sum("text_prob      auroc" in ln for ln in lines) == 2
     assert sum(ln.startswith("  ") for ln in lines) == 18  # 9 candidates x 2 sets
     assert sum("views_agree    auroc" in ln for ln in lines) == 2
-
-
-def test_views_play_the_clip_faster_slower_and_move_its_bands():
-    x = np.zeros((4, 10, 1), np.uint8)
-    x[:, :5, 0] = np.arange(5) * 10  # a rising ramp over the first 5 frames, then silence
-    assert np.array_equal(view(x, "speed", 1.0), x)
-    fast = view(x, "speed", 2.0)
-    assert fast.shape == x.shape and fast.dtype == np.uint8
-    assert fast[0, :3, 0].tolist() == [0, 20, 40]  # frame t of the view is frame 2t
-    slow = view(x, "speed", 0.5)
-    assert slow[0, :4, 0].tolist() == [0, 5, 10, 15]
-    y = np.arange(4, dtype=np.uint8).reshape(4, 1, 1)
-    assert view(y, "band", 1)[:, 0, 0].tolist() == [3, 0, 1, 2]
 
 
 def test_view_scores_count_agreeing_views_and_floor_the_others():

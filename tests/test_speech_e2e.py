@@ -22,7 +22,7 @@ def test_the_run_scores_text_and_keeps_voices_apart(speech_project):
             "confidence_right", "confidence_wrong"} <= set(metrics)
     assert metrics["clips"] == len(read_csv(speech_project / "data/split/test.csv")) > 0
     predictions = read_csv(speech_project / "plots/eval/predictions.csv")
-    # the confidence figures are those of the clips' rows (confidence to 4 decimals there)
+    # the confidence figures are those of the clips' rows (to 6 significant digits there)
     right = [float(r["confidence"]) for r in predictions if r["truth"] == r["predicted"]]
     wrong = [float(r["confidence"]) for r in predictions if r["truth"] != r["predicted"]]
     for key, values in (("confidence_right", right), ("confidence_wrong", wrong)):
@@ -112,6 +112,41 @@ def test_predict_writes_a_row_for_every_file_and_exits_3(speech_project, tmp_pat
         assert flagged[p.name]["uncertain"] is (flagged[p.name]["confidence"] < 1), p.name
         assert isinstance(flagged[p.name]["text"], str) and flagged[p.name]["error"] == ""
     assert any(flagged[p.name]["uncertain"] for p in src)  # a 1-epoch model is never sure
+
+
+def test_predict_answers_the_confidence_evaluate_scores(speech_project, tmp_path):
+    """Both read the test-time views (stages/tasks/speech/views.py): predict on a test clip
+    gives the text and the confidence of evaluate's row for it."""
+    metrics = json.loads((speech_project / "metrics/eval.json").read_text())
+    assert metrics["confidence_views"] == 4
+    rows = read_csv(speech_project / "plots/eval/predictions.csv")[:8]
+    (tmp_path / "in").mkdir()
+    source = speech_project / "data/sample"
+    for r in rows:
+        shutil.copy(source / r["path"], tmp_path / "in" / r["path"].replace("/", "_"))
+    shutil.copy(speech_project / "params.yaml", tmp_path / "params.yaml")
+    proc = run_tool("predict", "in", "--model", str(speech_project / "models/model.pt"),
+                    "--backend", "torch", "--out", "p.jsonl", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = {r["path"].rsplit("/", 1)[-1]: r
+           for r in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())}
+    alone = []
+    for r in rows:
+        pred = got[r["path"].replace("/", "_")]
+        assert pred["text"] == r["predicted"], r["path"]
+        want = float(r["confidence"])  # tiny: the 1-epoch model's views disagree
+        assert pred["confidence"] == pytest.approx(want, rel=1e-3, abs=0), r["path"]
+        alone.append(pred["confidence"])
+    # without the views (the clip's own P(text | clip)) the confidences are not these
+    from stages.tasks.speech import lexicon
+    from tools.inference import load
+
+    model = load("torch", speech_project / "models/model.pt")
+    x = np.stack([model.modality.read(tmp_path / "in" / r["path"].replace("/", "_"),
+                                      model.spec) for r in rows])
+    single = [c for _, c in lexicon.decode(model.logits(x), model.meta["charset"],
+                                           model.meta["lexicon"])]
+    assert not np.allclose(single, alone, rtol=0.01, atol=0)
 
 
 def test_serve_answers_a_clip_with_text_and_refuses_an_over_long_one_with_413(

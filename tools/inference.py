@@ -208,14 +208,21 @@ def load(backend: str, path=None, threads: int = 0) -> Model:
     raise StageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
 
-def decode(model: Model, outputs: np.ndarray, k: int, sizes=None) -> list[dict]:
+def decode(model: Model, outputs: np.ndarray, k: int, sizes=None, views=()) -> list[dict]:
     """The predictions of a batch of model outputs, one dict per image: the model's task
     decodes them (classification: label, score = its softmax probability, and the k most
     probable classes as topk, best first). The one place outputs become predictions
-    (predict's rows, serve's answers)."""
+    (predict's rows, serve's answers). views: the outputs of the task's test-time views of the
+    same batch (Task.views), handed to its decode when there are any."""
     meta = {**model.meta, "image_size": model.image_size, "letterbox": model.letterbox,
             "source_sizes": sizes or [None] * len(outputs)}
-    return model.task.decode(outputs, meta, k)
+    return model.task.decode(outputs, meta, k, **({"views": list(views)} if views else {}))
+
+
+def run_views(model: Model, batch: np.ndarray) -> list:
+    """The model's outputs on each of its task's test-time views of a stored batch (speech
+    with a lexicon: views.py's four); [] for a task without views."""
+    return [model.logits(f(batch)) for f in model.task.views(model.meta)]
 
 
 def bucket_width(model: Model, source_size) -> int:
@@ -233,7 +240,8 @@ def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
         return []
     sizes = [getattr(img, "source_size", None) for img in images]  # original (w, h)
     if not model.width_buckets:
-        return decode(model, model.logits(np.stack(images)), k, sizes)
+        batch = np.stack(images)
+        return decode(model, model.logits(batch), k, sizes, run_views(model, batch))
     widths = [bucket_width(model, size) for size in sizes]
     out = [None] * len(images)
     for width in sorted(set(widths)):

@@ -418,6 +418,14 @@ class Task:
         k: how many alternatives to list where the task has them (classification's top-k)."""
         raise NotImplementedError
 
+    def views(self, meta: dict) -> list:
+        """Test-time views: functions of a batch of stored inputs (uint8, as the modality reads
+        them) whose outputs decode also reads (speech with a lexicon: its confidence,
+        stages/tasks/speech/views.py). evaluate and predict/serve (tools/inference.py) run the
+        model on each and hand their outputs to evaluate(..., views=) and decode(..., views=),
+        so the confidence predict answers is the one evaluate scores. Default: none."""
+        return []
+
     def write_prediction(self, row: dict, out) -> dict:
         """predict --out-dir: write the prediction file of one row (its `path` is the input)
         at out.target(path, name) (out: a stages.lib.data.outdir.OutDir), only when

@@ -346,6 +346,22 @@ class View:
         return data
 
 
+class Mapped:
+    """A view of stored samples (a View of kind "images") through fn, a function of a uint8
+    batch, then normalised as a View of kind "x" normalises: `mapped[a:b]` a model-ready batch.
+    What evaluate runs a task's test-time views (Task.views) on, a batch at a time."""
+
+    def __init__(self, samples: View, fn, mean, std, modality: str = DEFAULT):
+        self.samples, self.fn, self.mean, self.std = samples, fn, mean, std
+        self.modality = modality
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, key):
+        return get(self.modality).normalize(self.fn(self.samples[key]), self.mean, self.std)
+
+
 def load_split(split: str, root="data/processed", torch=False, modality: str = DEFAULT):
     """(normalised input view, targets view, meta) of one split written by prepare, the
     inputs normalised by the modality of that name (the task's: Task.modality_name)."""

@@ -63,10 +63,11 @@ class Speech(CtcText):
 
         return {**super().prepare_meta(splits), "lexicon": words_of(splits["train"])}
 
-    def decode(self, outputs, meta, k):
+    def decode(self, outputs, meta, k, views=()):
         """With a lexicon (meta["lexicon"], the train split's words), a prefix beam search
-        within it of width meta["beam"] (--beam; lexicon.WIDTH when not given); without one,
-        as OCR decodes (greedy, or --beam's free search). uncertain: the confidence is below
+        within it of width meta["beam"] (--beam; lexicon.WIDTH when not given), its confidence
+        read from the test-time views' outputs too (self.views); without one, as OCR decodes
+        (greedy, or --beam's free search). uncertain: the confidence is below
         meta["min_confidence"]."""
         if not meta.get("lexicon"):
             return super().decode(outputs, meta, k)
@@ -75,7 +76,16 @@ class Speech(CtcText):
         floor = meta.get("min_confidence") or 0.0
         return [{"text": t, "confidence": c, "uncertain": c < floor}
                 for t, c in decode(outputs, meta["charset"], meta["lexicon"],
-                                   meta.get("beam") or WIDTH)]
+                                   meta.get("beam") or WIDTH, views)]
+
+    def views(self, meta):
+        """A model with a lexicon: the four test-time views of views.py, whose agreement its
+        confidence reads; without one: none."""
+        if not meta.get("lexicon"):
+            return []
+        from stages.tasks.speech.views import transforms
+
+        return transforms()
 
     @property
     def sample_params(self):
@@ -161,10 +171,10 @@ class Speech(CtcText):
     def lora_targets(self, model):
         return ["features.*", "proj.*"]  # the convolutions (the GRU is never adapted)
 
-    def evaluate(self, outputs, targets, paths, inputs, meta, p):
+    def evaluate(self, outputs, targets, paths, inputs, meta, p, views=()):
         from stages.tasks.speech.metrics import evaluate
 
-        return evaluate(outputs, paths, inputs, meta, p, self.modality.thumbnail)
+        return evaluate(outputs, paths, inputs, meta, p, self.modality.thumbnail, views)
 
 
 TASK = Speech()

@@ -82,15 +82,28 @@ def whole_words(prefix: tuple, space) -> tuple:
     return prefix[:max(k - 1, 0)]
 
 
-def decode(logits: np.ndarray, charset, words, width: int = WIDTH) -> list[tuple[str, float]]:
-    """(text, confidence) per line of N x T x C logits, each text spelled by the lexicon."""
+def decode(logits: np.ndarray, charset, words, width: int = WIDTH,
+           views=()) -> list[tuple[str, float]]:
+    """(text, confidence) per line of N x T x C logits, each text spelled by the lexicon. The
+    confidence is P(text | line); with views (the N x T x C logits of each test-time view of the
+    same lines: views.py), their combined confidence (views.combine)."""
     from stages.tasks.common.ctc import log_softmax, text_logprob
+    from stages.tasks.speech.views import combine
 
     root = trie(words, charset)
     space = charset.index(" ") + 1 if " " in charset else None
+    seen = [log_softmax(np.asarray(v)) for v in views]
     out = []
-    for line in log_softmax(np.asarray(logits)):
+    for n, line in enumerate(log_softmax(np.asarray(logits))):
         labels, _ = search(line, width, root, space)
         text = "".join(charset[i - 1] for i in labels)
-        out.append((text, float(f"{math.exp(text_logprob(line, labels)):.6g}")))
+        logprob = text_logprob(line, labels)
+        if seen:
+            others = []
+            for v in seen:
+                same = list(search(v[n], width, root, space)[0]) == list(labels)
+                others.append((same, text_logprob(v[n], labels) if same else None))
+            out.append((text, combine(logprob, others)))
+        else:
+            out.append((text, float(f"{math.exp(logprob):.6g}")))
     return out

@@ -3,7 +3,8 @@ decoding predict and serve answer with by default (within the lexicon when prepa
 lexicon.py, at its width; else greedy), the same by greedy decoding when there is a lexicon
 (cer_greedy, wer_greedy: the frames alone) and by free CTC prefix beam search of width BEAM
 (cer_beam, wer_beam), clip accuracy, how well the answered confidence tells right clips from
-wrong ones (confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores), CER
+wrong ones (confidence_auroc, confidence_right, confidence_wrong: ctc.confidence_scores; with
+a lexicon, the confidence of the test-time views, views.py, as predict answers it), CER
 by clip duration and by transcript length, CER per speaker (the manifest's group), and the
 worst clips.
 
@@ -68,8 +69,10 @@ def bad_cases_png(samples, titles, thumbnail) -> bytes:
     return png_bytes(fig)
 
 
-def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
-    """(metrics, {file name: bytes} for plots/eval/, one summary line)."""
+def evaluate(outputs, paths, inputs, meta, p, thumbnail=None, views=()):
+    """(metrics, {file name: bytes} for plots/eval/, one summary line). views: the outputs of
+    each test-time view of the test clips (views.py), which the lexicon's confidence reads, as
+    predict's does; confidence_views says how many there were."""
     truth_of = {r["path"]: r["text"] for r in read_csv(TEST_SPLIT)}
     facts = {r["path"]: r for r in read_csv(MANIFEST)} if MANIFEST.exists() else {}
     truths = [truth_of[s] for s in paths]
@@ -83,7 +86,8 @@ def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
         free = speech_scores(truths, [t for t, _ in decoded])
         metrics = {"cer_greedy": free["cer"], "wer_greedy": free["wer"],
                    "lexicon_words": len(words)}
-        decoded = decode(outputs, meta["charset"], words)
+        decoded = decode(outputs, meta["charset"], words, views=views)
+        metrics["confidence_views"] = len(views)
     preds = [t for t, _ in decoded]
     metrics.update(speech_scores(truths, preds))
     beamed = [t for t, _ in beam(outputs, meta["charset"], BEAM)]
@@ -92,7 +96,7 @@ def evaluate(outputs, paths, inputs, meta, p, thumbnail=None):
     metrics.update(confidence_scores([c for _, c in decoded],
                                      [t == q for t, q in zip(truths, preds, strict=True)]))
     line_cer = [distance(t, q) / max(len(t), 1) for t, q in zip(truths, preds, strict=True)]
-    rows = [{"path": s, "truth": t, "predicted": q, "cer": f"{c:.4f}", "confidence": f"{f:.4f}",
+    rows = [{"path": s, "truth": t, "predicted": q, "cer": f"{c:.4f}", "confidence": f"{f:.6g}",
              "seconds": f"{d:.3f}", "speaker": facts.get(s, {}).get("group") or ""}
             for s, t, q, c, (_, f), d in zip(paths, truths, preds, line_cer, decoded, seconds,
                                              strict=True)]
