@@ -27,7 +27,8 @@ import click
 import numpy as np
 
 from bench import speech_peer
-from stages.tasks.speech.views import DISAGREE, VIEWS, view
+from stages.lib.modality.audioviews import view
+from stages.tasks.speech.views import DISAGREE, VIEWS
 
 WIDTH = 8  # the lexicon and free beams' width (predict's default)
 

@@ -89,6 +89,37 @@ def test_predict_writes_a_row_for_every_file_and_exits_3(audio_project, tmp_path
         assert 0 <= row["score"] <= 1 and row["topk"][0]["label"] == row["label"]
 
 
+def test_predict_answers_as_evaluate_from_the_clip_and_its_views(audio_project, tmp_path):
+    """Both average the model's probabilities over the clip and its test-time views
+    (stages/tasks/audio/views.py): predict on evaluate's bad cases gives their label and score,
+    and the clip alone would not."""
+    bad = read_csv(audio_project / "plots/eval/bad_cases.csv")
+    assert bad  # a 1-epoch model
+    (tmp_path / "in").mkdir()
+    for r in bad:
+        shutil.copy(audio_project / "data/sample" / r["path"],
+                    tmp_path / "in" / r["path"].replace("/", "_"))
+    shutil.copy(audio_project / "params.yaml", tmp_path / "params.yaml")
+    proc = run_tool("predict", "in", "--model", str(audio_project / "models/model.pt"),
+                    "--backend", "torch", "--out", "p.jsonl", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = {r["path"].rsplit("/", 1)[-1]: r
+           for r in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())}
+    scores = []
+    for r in bad:
+        pred = got[r["path"].replace("/", "_")]
+        assert pred["label"] == r["predicted"], r["path"]
+        assert pred["score"] == pytest.approx(float(r["confidence"]), abs=2e-6), r["path"]
+        scores.append(pred["score"])
+    from tools.inference import load
+
+    model = load("torch", audio_project / "models/model.pt")
+    x = np.stack([model.modality.read(tmp_path / "in" / r["path"].replace("/", "_"),
+                                      model.spec) for r in bad])
+    alone = [d["score"] for d in model.task.decode(model.logits(x), model.meta, 1)]
+    assert not np.allclose(alone, scores, atol=1e-3)
+
+
 def test_serve_answers_a_clip_and_refuses_an_over_long_one_with_413(audio_project, tmp_path):
     from stages.lib.modality.audioserve import MAX_SECONDS
 

@@ -133,5 +133,9 @@ def test_the_report_states_the_confidence_figures_when_evaluate_measured_them():
     assert ("ranks a right one above a wrong one with probability 0.938 (AUROC of "
             "correctness); its mean is 0.910 on right lines, 0.420 on wrong ones") in html
     assert 'data-key="eval.confidence_auroc" data-value="0.9375"' in html
+    views = {**measured, "confidence_views": 4}  # speech with a lexicon
+    assert ("answer (from the clip and 4 test-time views of it) ranks a right one above" in
+            evaluation(SimpleNamespace(eval=views, eval_files=files)))
+    assert "test-time views" not in html
     every_right = {**measured, "confidence_auroc": None, "confidence_wrong": None}
     assert "AUROC" not in evaluation(SimpleNamespace(eval=every_right, eval_files=files))

@@ -1,13 +1,14 @@
-"""The speech task's test-time views (stages/tasks/speech/views.py): each view against its
-definition and a reference on a few seeds, the combined confidence, and the lexicon's decode
-reading the views' outputs."""
+"""Test-time views of a stored clip (stages/lib/modality/audioviews.py) against their definition
+and a reference on a few seeds; the speech task's confidence of them
+(stages/tasks/speech/views.py) and the lexicon's decode reading the views' outputs."""
 import math
 
 import numpy as np
 import pytest
 
 from stages.tasks.speech import lexicon
-from stages.tasks.speech.views import DISAGREE, VIEWS, combine, spoken_span, stretch, view
+from stages.lib.modality.audioviews import spoken_span, stretch, view
+from stages.tasks.speech.views import DISAGREE, VIEWS, combine
 from tests.test_bench_lexicon_confidence import CHARSET, WORDS, spelled
 
 
@@ -97,3 +98,22 @@ def test_the_lexicon_decode_reads_the_views_outputs():
     [(_, lower)] = lexicon.decode(clip, CHARSET, WORDS, views=[vague] * 4)
     [(_, vague_alone)] = lexicon.decode(vague, CHARSET, WORDS)
     assert lower == pytest.approx(alone ** 0.2 * vague_alone ** 0.8, rel=1e-4)
+
+
+def test_the_keyword_answer_is_the_mean_probability_over_the_views():
+    from stages.tasks.audio.views import averaged
+
+    clip = np.log(np.array([[0.6, 0.4, 1e-9]], np.float32))  # "yes", barely
+    slower = np.log(np.array([[0.05, 0.9, 0.05]], np.float32))
+    faster = np.log(np.array([[0.15, 0.8, 0.05]], np.float32))
+    assert averaged(clip, []) is clip
+    mean = np.exp(averaged(clip, [slower, faster]))
+    assert np.allclose(mean, [[0.8 / 3, 2.1 / 3, 0.1 / 3]], atol=1e-6)
+    assert mean.argmax() == 1  # the views outvote the clip
+    from stages.tasks.audio import TASK
+
+    meta = {"classes": ["yes", "no", "up"]}
+    assert TASK.decode(clip, meta, 1)[0]["label"] == "yes"
+    answer = TASK.decode(clip, meta, 1, views=[slower, faster])[0]
+    assert answer["label"] == "no" and answer["score"] == pytest.approx(2.1 / 3, abs=1e-5)
+    assert len(TASK.views(meta)) == 2

@@ -13,12 +13,15 @@ def lead(facts, items: str, wrong: int, lower) -> str:
 
 def confidence(metrics: dict, items: str) -> str:
     """How well the confidence predict and serve answer ranks right `items` above wrong ones
-    (evaluate's confidence_auroc, confidence_right, confidence_wrong), or "" when evaluate did
-    not measure it (every item right, or every one wrong; an older run)."""
+    (evaluate's confidence_auroc, confidence_right, confidence_wrong; confidence_views: how many
+    test-time views it reads), or "" when evaluate did not measure it (every item right, or
+    every one wrong; an older run)."""
     area = metrics.get("confidence_auroc")
     if not isinstance(area, (int, float)):
         return ""
-    return (f" The confidence predict and serve answer ranks a right one above a wrong one "
+    views = metrics.get("confidence_views")
+    read = f" (from the clip and {views} test-time views of it)" if views else ""
+    return (f" The confidence predict and serve answer{read} ranks a right one above a wrong one "
             f"with probability {area:.3f} (AUROC of correctness); its mean is "
             f"{metrics['confidence_right']:.3f} on right {items}, "
             f"{metrics['confidence_wrong']:.3f} on wrong ones.")

@@ -59,6 +59,25 @@ class Audio(SingleLabel):
     models = ("audio_cnn",)
     task_keys = (*SingleLabel.task_keys, *AUDIO_KEYS)
 
+    def views(self, meta):
+        """Test-time views (views.py): the clip played 0.9x and 1.1x as fast."""
+        from stages.lib.modality.audioviews import transforms
+        from stages.tasks.audio.views import VIEWS
+
+        return transforms(VIEWS)
+
+    def decode(self, outputs, meta, k, views=()):
+        """The single-label answer of the mean probability over the clip and its views."""
+        from stages.tasks.audio.views import averaged
+
+        return super().decode(averaged(outputs, views), meta, k)
+
+    def evaluate(self, outputs, targets, paths, images, meta, p, views=()):
+        """The single-label metrics of the answer decode gives (the views averaged in)."""
+        from stages.tasks.audio.views import averaged
+
+        return super().evaluate(averaged(outputs, views), targets, paths, images, meta, p)
+
     def check_settings(self, params):
         """The rate every clip must have: prepare's feature rate (validate's sample_rate)."""
         from stages.lib.modality.audiospec import AudioSpec

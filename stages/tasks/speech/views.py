@@ -11,64 +11,21 @@ an AUROC of about 0.9, where P(text | clip) alone gives 0.85 (docs/benchmarks.md
 more model runs and lexicon searches a clip.
 
 Evaluate (torch, on the stored test shards) and predict and serve (any backend, on a clip read
-by the same front end) make the views of the same stored uint8 log-mel with these functions, so
-the confidence predict answers is the one evaluate scores.
+by the same front end) make the views of the same stored uint8 log-mel
+(stages/lib/modality/audioviews.py), so the confidence predict answers is the one evaluate
+scores.
 """
 import math
 
-import numpy as np
+from stages.lib.modality import audioviews
 
 VIEWS = (("speed", 0.9), ("speed", 1.1), ("band", 1), ("band", -1))
 DISAGREE = -50.0  # the log-probability a view counts with when its own answer differs
 
 
-def spoken_span(clip: np.ndarray) -> tuple[int, int] | None:
-    """(first, last) frame of a stored clip (n_mels x frames) with any non-zero band: the part
-    the front end did not pad (padding is digital silence, 0 after quantising); None when the
-    clip is all silence."""
-    frames = np.flatnonzero(clip.any(axis=0))
-    return (int(frames[0]), int(frames[-1])) if len(frames) else None
-
-
-def stretch(clip: np.ndarray, amount: float) -> np.ndarray:
-    """One stored clip (n_mels x frames, uint8) with its spoken part played `amount` times as
-    fast: resampled (linear interpolation, its first and last frames kept) to
-    round(length / amount) frames, at most the clip's frames (a slower view never cuts speech),
-    and centred with silence either side, as the front end centres a clip."""
-    bands, frames = clip.shape
-    span = spoken_span(clip)
-    if span is None:
-        return clip.copy()
-    part = clip[:, span[0]:span[1] + 1].astype(np.float64)
-    length = part.shape[1]
-    size = max(1, min(frames, int(math.floor(length / amount + 0.5))))
-    at = np.arange(size) * ((length - 1) / (size - 1)) if size > 1 else np.zeros(1)
-    lo = np.minimum(np.floor(at).astype(np.int64), length - 1)
-    hi = np.minimum(lo + 1, length - 1)
-    frac = at - lo
-    resampled = part[:, lo] * (1.0 - frac) + part[:, hi] * frac
-    out = np.zeros_like(clip)
-    start = (frames - size) // 2
-    out[:, start:start + size] = np.clip(np.rint(resampled), 0, 255).astype(np.uint8)
-    return out
-
-
-def view(batch: np.ndarray, kind: str, amount) -> np.ndarray:
-    """A view of a batch of stored clips (uint8 N x n_mels x frames x 1): "speed" plays each
-    clip's spoken part `amount` times as fast (stretch); "band" moves every band `amount` mel
-    bands up (rolled round)."""
-    batch = np.asarray(batch)
-    if kind == "band":
-        return np.roll(batch, amount, axis=1)
-    if kind != "speed":
-        raise ValueError(f"unknown view {kind!r}: speed or band")
-    return np.stack([stretch(clip[..., 0], amount)[..., None] for clip in batch])
-
-
 def transforms() -> list:
     """The views as functions of a stored batch, in VIEWS' order."""
-    return [lambda batch, kind=kind, amount=amount: view(batch, kind, amount)
-            for kind, amount in VIEWS]
+    return audioviews.transforms(VIEWS)
 
 
 def combine(logprob: float, others) -> float:
