@@ -116,4 +116,4 @@ def test_the_keyword_answer_is_the_mean_probability_over_the_views():
     assert TASK.decode(clip, meta, 1)[0]["label"] == "yes"
     answer = TASK.decode(clip, meta, 1, views=[slower, faster])[0]
     assert answer["label"] == "no" and answer["score"] == pytest.approx(2.1 / 3, abs=1e-5)
-    assert len(TASK.views(meta)) == 2
+    assert len(TASK.views(meta)) == 4

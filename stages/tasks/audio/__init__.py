@@ -60,7 +60,7 @@ class Audio(SingleLabel):
     task_keys = (*SingleLabel.task_keys, *AUDIO_KEYS)
 
     def views(self, meta):
-        """Test-time views (views.py): the clip played 0.9x and 1.1x as fast."""
+        """Test-time views (views.py): the clip played 0.8x, 0.9x, 1.1x and 1.2x as fast."""
         from stages.lib.modality.audioviews import transforms
         from stages.tasks.audio.views import VIEWS
 
