@@ -8,7 +8,7 @@ import pytest
 
 from stages.tasks.speech import lexicon
 from stages.lib.modality.audioviews import spoken_span, stretch, view
-from stages.tasks.speech.views import DISAGREE, VIEWS, combine
+from stages.tasks.speech.views import DISAGREE, VIEWS, combine, vote
 from tests.test_bench_lexicon_confidence import CHARSET, WORDS, spelled
 
 
@@ -75,11 +75,27 @@ def test_views_apply_to_a_batch_in_order():
 
 def test_combine_is_the_geometric_mean_and_one_disagreement_sinks_it():
     lp = math.log(0.8)
-    assert combine(lp, []) == pytest.approx(0.8)
-    assert combine(lp, [(True, math.log(0.5))] * 4) == pytest.approx(
+    assert combine([(True, lp)]) == pytest.approx(0.8)
+    assert combine([(True, lp)] + [(True, math.log(0.5))] * 4) == pytest.approx(
         math.exp((lp + 4 * math.log(0.5)) / 5), rel=1e-5)
-    sunk = combine(lp, [(True, lp)] * 3 + [(False, None)])
+    sunk = combine([(True, lp)] * 4 + [(False, None)])
     assert sunk == pytest.approx(math.exp((4 * lp + DISAGREE) / 5), rel=1e-5) and sunk < 1e-4
+
+
+def test_the_vote_takes_the_answer_the_clip_and_its_views_agree_on_best():
+    # log P(answer | row) of two answers under three rows
+    table = {("a",): [-1.0, -5.0, -5.0], ("b",): [-2.0, -0.5, -0.5]}
+    rows = [0, 1, 2]
+
+    def logprob(row, answer):
+        return table[answer][row]
+
+    assert vote(rows, [("a",), ("b",), ("b",)], logprob) == ("b",)  # mean -1.0 against -3.67
+    table[("b",)] = [-9.0, -4.0, -4.0]
+    assert vote(rows, [("a",), ("b",), ("b",)], logprob) == ("a",)  # the clip's is likelier
+    assert vote(rows, [("a",)] * 3, lambda r, a: 1 / 0) == ("a",)  # one answer: nothing scored
+    table[("b",)] = list(table[("a",)])
+    assert vote(rows, [("b",), ("a",), ("a",)], logprob) == ("b",)  # a tie: the clip's own
 
 
 def test_the_lexicon_decode_reads_the_views_outputs():
@@ -93,6 +109,9 @@ def test_the_lexicon_decode_reads_the_views_outputs():
     other = spelled(list("-t-w-o-"), sure=4.0)[None]
     [(kept, sunk)] = lexicon.decode(clip, CHARSET, WORDS, views=[clip] * 3 + [other])
     assert kept == "one" and sunk < 1e-4 < alone
+    # three views that hear "two": they outvote the clip, whose disagreement sinks it alike
+    [(voted, low)] = lexicon.decode(clip, CHARSET, WORDS, views=[clip] + [other] * 3)
+    assert voted == "two" and low < 1e-4
     # a view less sure of the same text lowers it by the geometric mean
     vague = spelled(list("-o-n-e-"), sure=1.5)[None]
     [(_, lower)] = lexicon.decode(clip, CHARSET, WORDS, views=[vague] * 4)

@@ -84,26 +84,26 @@ def whole_words(prefix: tuple, space) -> tuple:
 
 def decode(logits: np.ndarray, charset, words, width: int = WIDTH,
            views=()) -> list[tuple[str, float]]:
-    """(text, confidence) per line of N x T x C logits, each text spelled by the lexicon. The
-    confidence is P(text | line); with views (the N x T x C logits of each test-time view of the
-    same lines: views.py), their combined confidence (views.combine)."""
+    """(text, confidence) per line of N x T x C logits, each text spelled by the lexicon: the
+    search's best and P(text | line). With views (the N x T x C logits of each test-time view
+    of the same lines: views.py), the text the line and its views agree on best (views.vote)
+    and their combined confidence (views.combine)."""
     from stages.tasks.common.ctc import log_softmax, text_logprob
-    from stages.tasks.speech.views import combine
+    from stages.tasks.speech.views import combine, vote
 
     root = trie(words, charset)
     space = charset.index(" ") + 1 if " " in charset else None
     seen = [log_softmax(np.asarray(v)) for v in views]
     out = []
     for n, line in enumerate(log_softmax(np.asarray(logits))):
-        labels, _ = search(line, width, root, space)
-        text = "".join(charset[i - 1] for i in labels)
-        logprob = text_logprob(line, labels)
+        labels = tuple(search(line, width, root, space)[0])
         if seen:
-            others = []
-            for v in seen:
-                same = list(search(v[n], width, root, space)[0]) == list(labels)
-                others.append((same, text_logprob(v[n], labels) if same else None))
-            out.append((text, combine(logprob, others)))
+            rows = [line, *(v[n] for v in seen)]
+            answers = [labels, *(tuple(search(r, width, root, space)[0]) for r in rows[1:])]
+            labels = vote(rows, answers, text_logprob)
+            confidence = combine([(a == labels, text_logprob(r, labels) if a == labels else None)
+                                  for r, a in zip(rows, answers, strict=True)])
         else:
-            out.append((text, float(f"{math.exp(logprob):.6g}")))
+            confidence = float(f"{math.exp(text_logprob(line, labels)):.6g}")
+        out.append(("".join(charset[i - 1] for i in labels), confidence))
     return out
