@@ -1,6 +1,7 @@
 import contextlib
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -409,3 +410,26 @@ def serving(model, cwd, *args):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def predict_sample_clips(project: Path, paths, folder: Path):
+    """predict (torch, the project's models/model.pt) on copies of its sample's clips at paths
+    (relative to data/sample): ({path: predict's row}, the model, the clips as it reads them
+    (uint8 N x n_mels x frames x 1): what the task decodes without its test-time views."""
+    import json
+
+    from tools.inference import load
+
+    (folder / "in").mkdir()
+    for p in paths:
+        shutil.copy(project / "data/sample" / p, folder / "in" / p.replace("/", "_"))
+    shutil.copy(project / "params.yaml", folder / "params.yaml")
+    proc = run_tool("predict", "in", "--model", str(project / "models/model.pt"),
+                    "--backend", "torch", "--out", "p.jsonl", cwd=folder)
+    assert proc.returncode == 0, proc.stderr
+    got = {r["path"].rsplit("/", 1)[-1]: r
+           for r in map(json.loads, (folder / "p.jsonl").read_text().splitlines())}
+    model = load("torch", project / "models/model.pt")
+    clips = np.stack([model.modality.read(folder / "in" / p.replace("/", "_"), model.spec)
+                      for p in paths])
+    return {p: got[p.replace("/", "_")] for p in paths}, model, clips

@@ -11,7 +11,8 @@ import pytest
 import soundfile as sf
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, audio_params, run_stage, run_tool, serving
+from tests.conftest import (ROOT, audio_params, predict_sample_clips, run_stage, run_tool,
+                            serving)
 
 pytestmark = pytest.mark.e2e
 
@@ -95,29 +96,12 @@ def test_predict_answers_as_evaluate_from_the_clip_and_its_views(audio_project, 
     and the clip alone would not."""
     bad = read_csv(audio_project / "plots/eval/bad_cases.csv")
     assert bad  # a 1-epoch model
-    (tmp_path / "in").mkdir()
+    got, model, clips = predict_sample_clips(audio_project, [r["path"] for r in bad], tmp_path)
     for r in bad:
-        shutil.copy(audio_project / "data/sample" / r["path"],
-                    tmp_path / "in" / r["path"].replace("/", "_"))
-    shutil.copy(audio_project / "params.yaml", tmp_path / "params.yaml")
-    proc = run_tool("predict", "in", "--model", str(audio_project / "models/model.pt"),
-                    "--backend", "torch", "--out", "p.jsonl", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    got = {r["path"].rsplit("/", 1)[-1]: r
-           for r in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())}
-    scores = []
-    for r in bad:
-        pred = got[r["path"].replace("/", "_")]
-        assert pred["label"] == r["predicted"], r["path"]
-        assert pred["score"] == pytest.approx(float(r["confidence"]), abs=2e-6), r["path"]
-        scores.append(pred["score"])
-    from tools.inference import load
-
-    model = load("torch", audio_project / "models/model.pt")
-    x = np.stack([model.modality.read(tmp_path / "in" / r["path"].replace("/", "_"),
-                                      model.spec) for r in bad])
-    alone = [d["score"] for d in model.task.decode(model.logits(x), model.meta, 1)]
-    assert not np.allclose(alone, scores, atol=1e-3)
+        assert got[r["path"]]["label"] == r["predicted"], r["path"]
+        assert got[r["path"]]["score"] == pytest.approx(float(r["confidence"]), abs=2e-6)
+    alone = [d["score"] for d in model.task.decode(model.logits(clips), model.meta, 1)]
+    assert not np.allclose(alone, [got[r["path"]]["score"] for r in bad], atol=1e-3)
 
 
 def test_serve_answers_a_clip_and_refuses_an_over_long_one_with_413(audio_project, tmp_path):

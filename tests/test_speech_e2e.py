@@ -12,7 +12,8 @@ import pytest
 import soundfile as sf
 
 from stages.lib.io import read_csv
-from tests.conftest import ROOT, measured, run_stage, run_tool, serving, speech_params
+from tests.conftest import (ROOT, measured, predict_sample_clips, run_stage, run_tool, serving,
+                            speech_params)
 
 pytestmark = pytest.mark.e2e
 
@@ -120,33 +121,19 @@ def test_predict_answers_the_confidence_evaluate_scores(speech_project, tmp_path
     metrics = json.loads((speech_project / "metrics/eval.json").read_text())
     assert metrics["confidence_views"] == 4
     rows = read_csv(speech_project / "plots/eval/predictions.csv")[:8]
-    (tmp_path / "in").mkdir()
-    source = speech_project / "data/sample"
+    got, model, clips = predict_sample_clips(speech_project, [r["path"] for r in rows],
+                                             tmp_path)
     for r in rows:
-        shutil.copy(source / r["path"], tmp_path / "in" / r["path"].replace("/", "_"))
-    shutil.copy(speech_project / "params.yaml", tmp_path / "params.yaml")
-    proc = run_tool("predict", "in", "--model", str(speech_project / "models/model.pt"),
-                    "--backend", "torch", "--out", "p.jsonl", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    got = {r["path"].rsplit("/", 1)[-1]: r
-           for r in map(json.loads, (tmp_path / "p.jsonl").read_text().splitlines())}
-    alone = []
-    for r in rows:
-        pred = got[r["path"].replace("/", "_")]
-        assert pred["text"] == r["predicted"], r["path"]
+        assert got[r["path"]]["text"] == r["predicted"], r["path"]
         want = float(r["confidence"])  # tiny: the 1-epoch model's views disagree
-        assert pred["confidence"] == pytest.approx(want, rel=1e-3, abs=0), r["path"]
-        alone.append(pred["confidence"])
+        assert got[r["path"]]["confidence"] == pytest.approx(want, rel=1e-3, abs=0), r["path"]
     # without the views (the clip's own P(text | clip)) the confidences are not these
     from stages.tasks.speech import lexicon
-    from tools.inference import load
 
-    model = load("torch", speech_project / "models/model.pt")
-    x = np.stack([model.modality.read(tmp_path / "in" / r["path"].replace("/", "_"),
-                                      model.spec) for r in rows])
-    single = [c for _, c in lexicon.decode(model.logits(x), model.meta["charset"],
+    single = [c for _, c in lexicon.decode(model.logits(clips), model.meta["charset"],
                                            model.meta["lexicon"])]
-    assert not np.allclose(single, alone, rtol=0.01, atol=0)
+    assert not np.allclose(single, [got[r["path"]]["confidence"] for r in rows], rtol=0.01,
+                           atol=0)
 
 
 def test_serve_answers_a_clip_with_text_and_refuses_an_over_long_one_with_413(

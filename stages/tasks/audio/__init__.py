@@ -72,11 +72,11 @@ class Audio(SingleLabel):
 
         return super().decode(averaged(outputs, views), meta, k)
 
-    def evaluate(self, outputs, targets, paths, images, meta, p, views=()):
+    def evaluate(self, outputs, targets, paths, clips, meta, p, views=()):
         """The single-label metrics of the answer decode gives (the views averaged in)."""
         from stages.tasks.audio.views import averaged
 
-        return super().evaluate(averaged(outputs, views), targets, paths, images, meta, p)
+        return super().evaluate(averaged(outputs, views), targets, paths, clips, meta, p)
 
     def check_settings(self, params):
         """The rate every clip must have: prepare's feature rate (validate's sample_rate)."""
