@@ -64,9 +64,10 @@ def sphinx(clips, task: str, words, work: Path) -> tuple[list[str], float]:
     return [said.get(f"{k:06d}", "") for k in range(len(clips))], cpu / len(clips)
 
 
-def ours(clips, run: Path) -> tuple[list[str], list[float], float]:
+def ours(clips, run: Path, views: bool = True) -> tuple[list[str], list[float], float]:
     """Our model's text (speech) or label (audio) of each clip, its confidence, and the CPU
-    seconds per clip (read + features + inference, batch 1, one thread)."""
+    seconds per clip (read + features + inference, batch 1, one thread); views: with its task's
+    test-time views, as predict answers (False: the clip alone)."""
     from tools.inference import load, predict_batch
 
     model = load("onnxruntime", run / "models/model.onnx", threads=1)
@@ -74,7 +75,7 @@ def ours(clips, run: Path) -> tuple[list[str], list[float], float]:
     for path, _ in clips:
         start = time.process_time()
         x = model.modality.read(path, model.spec)
-        [pred] = predict_batch(model, [x], 1)
+        [pred] = predict_batch(model, [x], 1, views)
         cpu += time.process_time() - start
         texts.append(pred.get("text", pred.get("label", "")))
         conf.append(float(pred.get("confidence", pred.get("score", 0.0))))
@@ -184,7 +185,10 @@ def run_options(what: str, clips: int):
 
 @click.command()
 @run_options("task speech or audio (its model.onnx, test split and data.source)", 240)
-def main(run_dir, clips, seed, other):
+@click.option("--views/--no-views", default=True, show_default=True,
+              help="Our model with its task's test-time views, as predict and serve answer "
+                   "(docs/speech.md#test-time-views), or on the clip alone.")
+def main(run_dir, clips, seed, other, views):
     """Print ours vs PocketSphinx on the run's test split and on another synthesizer."""
     from stages.tasks import current
     from stages.tasks.common.ctc import auroc
@@ -204,7 +208,7 @@ def main(run_dir, clips, seed, other):
             truths = [t for _, t in items]
             work = Path(tmp) / re.sub(r"\W+", "-", name)
             work.mkdir()
-            texts, conf, cpu = ours(items, run)
+            texts, conf, cpu = ours(items, run, views)
             right = [t == p for t, p in zip(truths, texts, strict=True)]
             mean = {ok: sum(c for c, r in zip(conf, right, strict=True) if r == ok)
                     / max(1, sum(r == ok for r in right)) for ok in (True, False)}

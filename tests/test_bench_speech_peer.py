@@ -72,3 +72,22 @@ def test_ours_reads_each_clip_through_the_models_spec(tmp_path, audio_model):  #
     clips = [(wav(tmp_path / f"{i}.wav", tone(16000, 0.3 + 0.2 * i)), "yes") for i in range(3)]
     texts, conf, cpu = speech_peer.ours(clips, tmp_path)
     assert texts == ["yes"] * 3 and all(0.5 < c <= 1 for c in conf) and cpu > 0
+
+
+def test_ours_answers_as_predict_with_views_and_the_clip_alone_without(audio_project):
+    """--views (the default): the test-time views, as evaluate scored the clips; --no-views:
+    the task's decode of the clip's own outputs."""
+    from stages.lib.io import read_csv
+    from tools.inference import load
+
+    bad = read_csv(audio_project / "plots/eval/bad_cases.csv")[:4]
+    clips = [(str(audio_project / "data/sample" / r["path"]), r["true"]) for r in bad]
+    texts, viewed, _ = speech_peer.ours(clips, audio_project)
+    assert texts == [r["predicted"] for r in bad]
+    assert viewed == pytest.approx([float(r["confidence"]) for r in bad], abs=1e-4)
+    _, alone, _ = speech_peer.ours(clips, audio_project, views=False)
+    model = load("onnxruntime", audio_project / "models/model.onnx")
+    want = [model.task.decode(model.logits(model.modality.read(p, model.spec)[None]),
+                              model.meta, 1)[0]["score"] for p, _ in clips]
+    assert alone == pytest.approx(want, abs=1e-6)
+    assert alone != pytest.approx(viewed, abs=1e-4)

@@ -231,17 +231,20 @@ def bucket_width(model: Model, source_size) -> int:
     return model.modality.bucket_width(model.image_size, model.width_buckets, source_size)
 
 
-def predict_batch(model: Model, images: list[np.ndarray], k: int) -> list[dict]:
+def predict_batch(model: Model, images: list[np.ndarray], k: int,
+                  views: bool = True) -> list[dict]:
     """The prediction of each uint8 HxWxC image, in order. A model with width_buckets runs
     each image at its bucket width (the fitted image cut there: fit pads a narrower line on
     the right, so the cut is what fitting it to the bucket width gives), one model call per
-    width."""
+    width. views: also run its task's test-time views (what evaluate scores); False, the input
+    alone (a bench's baseline)."""
     if not images:
         return []
     sizes = [getattr(img, "source_size", None) for img in images]  # original (w, h)
     if not model.width_buckets:
         batch = np.stack(images)
-        return decode(model, model.logits(batch), k, sizes, run_views(model, batch))
+        return decode(model, model.logits(batch), k, sizes,
+                      run_views(model, batch) if views else [])
     widths = [bucket_width(model, size) for size in sizes]
     out = [None] * len(images)
     for width in sorted(set(widths)):
