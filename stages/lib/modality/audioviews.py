@@ -23,7 +23,7 @@ def stretch(clip: np.ndarray, amount: float) -> np.ndarray:
     fast: resampled (linear interpolation, its first and last frames kept) to
     round(length / amount) frames, at most the clip's frames (a slower view never cuts speech),
     and centred with silence either side, as the front end centres a clip."""
-    bands, frames = clip.shape
+    frames = clip.shape[1]
     span = spoken_span(clip)
     if span is None:
         return clip.copy()

@@ -17,10 +17,7 @@ def averaged(outputs, views) -> np.ndarray:
     no views, outputs as they are."""
     if not len(views):
         return outputs
-    total = None
-    for z in (outputs, *views):
-        z = np.asarray(z, dtype=np.float64)
-        p = np.exp(z - z.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
-        total = p if total is None else total + p
+    from stages.tasks.common.singlelabel.outputs import softmax
+
+    total = sum(softmax(np.asarray(z, dtype=np.float64)) for z in (outputs, *views))
     return np.log(total / (1 + len(views))).astype(np.float32)
