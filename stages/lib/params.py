@@ -264,6 +264,10 @@ class Train:
     # ocr: the line box cropped tighter or padded looser, zoom up to 1 + this either way
     # (stages/tasks/ocr/cropaug.py); 0 = off
     aug_crop_line: float = knob(0.0, at_least=0.0, at_most=2.0)
+    # ocr, the paper (stages/tasks/ocr/paperaug.py; 0 = off): the largest change of the
+    # paper's light from edge to edge, in grey ranges; the largest share of pixels made specks
+    aug_gradient: float = knob(0.0, at_least=0.0, at_most=2.0)
+    aug_specks: float = knob(0.0, at_least=0.0, at_most=0.1)
     # detection: half the images shrink by up to this factor onto a padded canvas; 1 = off
     aug_zoom_out: float = knob(1.0, at_least=1.0, at_most=4.0)
     # audio, SpecAugment (stages/lib/modality/audioaug.py): aug_masks time and aug_masks

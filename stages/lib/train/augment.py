@@ -28,7 +28,8 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 
 # the OCR line knobs (stages/lib/params.py Train): each one on, alone, switches augmentation on
 LINE_KNOBS = ("aug_stretch", "aug_blur", "aug_stroke", "aug_shear", "aug_aspect",
-                    "aug_elastic", "aug_texture", "aug_downscale", "aug_jpeg", "aug_crop_line")
+              "aug_elastic", "aug_texture", "aug_downscale", "aug_jpeg", "aug_crop_line",
+              "aug_gradient", "aug_specks")
 
 
 def augmenting(p) -> bool:

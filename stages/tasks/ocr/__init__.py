@@ -23,7 +23,8 @@ class OCR(CtcText):
 
     secondary_metrics = ("wer", "line_accuracy")
     # what a project on one's own data starts from (tools.init), and the built-in sample too
-    # (but the crop of the line box: lines of any tightness for one's own data, docs/ocr.md).
+    # (but the crop of the line box and the paper's gradient and specks: lines of any
+    # tightness and paper for one's own data, docs/ocr.md).
     # near_dup_distance -1: a perceptual hash of a wide line says little of its text, so
     # different lines would be grouped as lookalikes
     recipe = {
@@ -31,6 +32,7 @@ class OCR(CtcText):
         "train.warmup_epochs": 1, "train.grad_clip": 5.0,
         "train.aug_rotate": 1.5, "train.aug_stretch": 0.15, "train.aug_blur": 0.3,
         "train.aug_jitter": 0.1, "train.aug_crop_line": 0.5,
+        "train.aug_gradient": 0.4, "train.aug_specks": 0.008,
         "validate.near_dup_distance": -1,
     }
     # The params the built-in sample needs besides `task: ocr` and `data.source`.
@@ -38,6 +40,7 @@ class OCR(CtcText):
         "sample.lines": 2400,
         "prepare.height": 32, "prepare.width": 192, **recipe,
         "train.aug_crop_line": 0.0,  # the sample's lines keep the crop they were drawn with
+        "train.aug_gradient": 0.0, "train.aug_specks": 0.0,  # and their paper (its bytes)
     }
     layouts = ("rec_gt.txt (path<TAB>text per line), a *.jsonl list ({\"path\", \"text\"} "
                "per line) or x.png beside x.txt")
@@ -55,7 +58,8 @@ class OCR(CtcText):
     task_keys = ("sample.lines", "validate.charset", "validate.max_aspect", "train.aug_stretch",
                  "train.aug_blur", "train.aug_stroke", "train.aug_shear", "train.aug_aspect",
                  "train.aug_elastic", "train.aug_texture", "train.aug_downscale",
-                 "train.aug_jpeg", "train.aug_crop_line", "prepare.height", "prepare.width",
+                 "train.aug_jpeg", "train.aug_crop_line", "train.aug_gradient",
+                 "train.aug_specks", "prepare.height", "prepare.width",
                  "prepare.width_buckets",
                  "export.width_buckets")
 

@@ -4,10 +4,11 @@ contrast/brightness and pixel noise. Every draw comes from a generator seeded by
 the draws of another. The transcript never changes: the squeeze is anchored at the left edge
 and never stretches (that could push the line's end out of the frame). The stroke-changing
 knobs (strokeaug.py) act after the rotation and before the blur and the noise; the crop of the
-line box (cropaug.py, aug_crop_line) before everything; at 0 they change nothing."""
+line box (cropaug.py, aug_crop_line) before everything, and the paper's gradient and specks
+(paperaug.py, aug_gradient and aug_specks) after everything; at 0 they change nothing."""
 import math
 
-from stages.tasks.ocr import cropaug, strokeaug
+from stages.tasks.ocr import cropaug, paperaug, strokeaug
 
 
 def augment(x, p, seed: int):
@@ -19,6 +20,7 @@ def augment(x, p, seed: int):
     noise = torch.randn(x.shape, generator=g)
     more = strokeaug.draws(g, x.shape)  # after every older draw: those stay where they were
     box = cropaug.draws(g)  # after the stroke knobs' draws
+    blemish = paperaug.draws(g, x.shape)  # after the crop's draws
     if p.aug_crop_line > 0:  # first: the other knobs act on the line as that box cut it
         x = cropaug.augment(x, p.aug_crop_line, box)
     c = x.shape[0]
@@ -41,6 +43,8 @@ def augment(x, p, seed: int):
     if p.aug_jitter > 0:
         j = p.aug_jitter
         x = x * (1 + (2 * u[4] - 1) * j) + (2 * u[5] - 1) * j + noise * (u[6] * j)
+    if paperaug.active(p):
+        x = paperaug.augment(x, p, blemish)
     return x
 
 
@@ -52,7 +56,8 @@ def augment_batch(x, p, seeds):
     line on the CPU, where the batched kernel rounds differently), the jitter and noise the
     same float32 ops: identical to augment on the CPU (tests/test_augment_batch.py).
     The stroke augmentations (strokeaug.py), when on, run line by line between them, and the
-    line-box crop (cropaug.py) line by line before them (exact; not yet batched)."""
+    line-box crop (cropaug.py) line by line before them, and the paper's blemishes
+    (paperaug.py) line by line after everything (exact; not yet batched)."""
     import torch
     import torch.nn.functional as F
 
@@ -64,6 +69,7 @@ def augment_batch(x, p, seeds):
     noise = torch.stack([torch.randn((c, h, w), generator=g) for g in gens]) if n else None
     more = [strokeaug.draws(g, (c, h, w)) for g in gens]
     boxes = [cropaug.draws(g) for g in gens]
+    blemishes = [paperaug.draws(g, (c, h, w)) for g in gens]
     if p.aug_crop_line > 0:  # line by line, as augment (exact; not batched)
         x = torch.stack([cropaug.augment(xi, p.aug_crop_line, b)
                          for xi, b in zip(x, boxes, strict=True)]) if n else x
@@ -101,4 +107,7 @@ def augment_batch(x, p, seeds):
         a, b = ib.jitter_factors(u, j, 4, 5)
         scale = torch.tensor([r[6] * j for r in rows], dtype=x.dtype)
         x = ib.jitter(x, a, b) + noise.to(dev) * scale.to(dev).reshape(-1, 1, 1, 1)
+    if paperaug.active(p) and n:  # line by line, as augment (exact; not batched)
+        x = torch.stack([paperaug.augment(xi, p, d)
+                         for xi, d in zip(x, blemishes, strict=True)])
     return x
