@@ -1,5 +1,6 @@
 """The picture of docs/ocr.md: one text line (DejaVu Sans from matplotlib's fonts, rendered by
-the synth_ocr renderer) under each stroke augmentation of stages/tasks/ocr/strokeaug.py, three
+the synth_ocr renderer) under each stroke augmentation of stages/tasks/ocr/strokeaug.py and
+each paper one of stages/tasks/ocr/paperaug.py, three
 seeds side by side; the top row is the line itself. Writes docs/ocr_augmentations.png.
 
     python -m bench.ocr_aug_grid [--out docs/ocr_augmentations.png]
@@ -10,7 +11,8 @@ from pathlib import Path
 import click
 
 KNOBS = (("aug_stroke", 1.0), ("aug_shear", 0.35), ("aug_aspect", 0.35), ("aug_elastic", 2.5),
-         ("aug_texture", 0.12), ("aug_downscale", 0.6), ("aug_jpeg", 1.0))
+         ("aug_texture", 0.12), ("aug_downscale", 0.6), ("aug_jpeg", 1.0),
+         ("aug_gradient", 0.8), ("aug_specks", 0.03))
 SEEDS = (1, 2, 3)
 
 

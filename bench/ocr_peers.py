@@ -11,8 +11,9 @@ batch 64; PP-OCRv5: one line per call at 1 thread; Tesseract: one process for al
 
 Variants of the CRNN: `base` (synth_ocr's default line box and the sample's augmentation),
 `crops` (synth_ocr --text-height 0.55 1.1 --offset -0.08 0.08 --margin 0 0.6 and
-train.aug_crop_line 0.5) and `wide` (--text-height 0.4 1.1 --margin 0 1.0, the same
-augmentation).
+train.aug_crop_line 0.5), `wide` (--text-height 0.4 1.1 --margin 0 1.0, the same
+augmentation) and `paper` (`crops` with the recipe's train.aug_gradient and train.aug_specks);
+the paper's knobs are off in the others.
 
     python -m bench.ocr_peers [--train-lines 300] [--epochs 8] [--json out.json]
 """
@@ -33,7 +34,13 @@ DIRS = ("/usr/share/fonts",)
 CROPS_STYLE = {"text_height": (0.55, 1.1), "offset": (-0.08, 0.08), "margin": (0.0, 0.6)}
 # wide: looser boxes too (text down to 0.4 of the line, margins up to a line height)
 WIDE_STYLE = {"text_height": (0.4, 1.1), "offset": (-0.08, 0.08), "margin": (0.0, 1.0)}
-VARIANTS = {"base": ({}, 0.0), "crops": (CROPS_STYLE, 0.5), "wide": (WIDE_STYLE, 0.5)}
+# name: (synth_ocr line box, train knobs over the task's recipe). The paper's knobs
+# (aug_gradient, aug_specks) are off but in `paper`, which adds the recipe's to `crops`.
+NO_PAPER = {"aug_gradient": 0.0, "aug_specks": 0.0}
+VARIANTS = {"base": ({}, {"aug_crop_line": 0.0, **NO_PAPER}),
+            "crops": (CROPS_STYLE, {"aug_crop_line": 0.5, **NO_PAPER}),
+            "wide": (WIDE_STYLE, {"aug_crop_line": 0.5, **NO_PAPER}),
+            "paper": (CROPS_STYLE, {"aug_crop_line": 0.5})}
 PPOCR_HEIGHT = 48  # PP-OCRv5's recognizer input height (its rec_image_shape 3, 48, 320)
 
 
@@ -142,6 +149,15 @@ def per_font(tests, texts) -> dict:
             for f in fonts}
 
 
+def variant_params(variant: str, epochs: int, seed: int):
+    """The train params of a variant: the task's recipe, its knobs over it."""
+    from stages.lib.params import Train
+    from stages.tasks.ocr import TASK
+
+    recipe = {k.split(".", 1)[1]: v for k, v in TASK.recipe.items() if k.startswith("train.")}
+    return dataclasses.replace(Train(**recipe), epochs=epochs, seed=seed, **VARIANTS[variant][1])
+
+
 def crnn(variant, paths, train_fonts, train_lines, epochs, seed, tests, charset, log):
     """The variant trained here and its predictions on tests, train CPU s, ms per line."""
     import numpy as np
@@ -149,13 +165,10 @@ def crnn(variant, paths, train_fonts, train_lines, epochs, seed, tests, charset,
     import torch
 
     from bench.ocr_fonts import onnx_blob, session_ms_per_line, tensors, train
-    from stages.lib.params import Train
     from stages.tasks.common.ctc import greedy
-    from stages.tasks.ocr import TASK
 
-    style_kw, crop_line = VARIANTS[variant]
-    recipe = {k.split(".", 1)[1]: v for k, v in TASK.recipe.items() if k.startswith("train.")}
-    p = dataclasses.replace(Train(**recipe), epochs=epochs, seed=seed, aug_crop_line=crop_line)
+    style_kw = VARIANTS[variant][0]
+    p = variant_params(variant, epochs, seed)
     with tempfile.TemporaryDirectory() as tmp:
         items = synth_lines(Path(tmp), paths, train_fonts, train_lines, style_kw, seed)
     x, y = tensors(items, charset)
@@ -181,7 +194,8 @@ def crnn(variant, paths, train_fonts, train_lines, epochs, seed, tests, charset,
 @click.option("--epochs", default=8, show_default=True)
 @click.option("--threads", default=2, show_default=True, help="torch threads for training.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--variants", default="base,crops,wide", show_default=True)
+@click.option("--variants", default="base,crops,wide,paper", show_default=True,
+              help="Comma-separated: base, crops, wide, paper (the module's docstring).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path))
 def main(fonts_dir, train_lines, test_lines, epochs, threads, seed, variants, json_out):
     """The CRNN, Tesseract and PP-OCRv5 on second-renderer lines, per fonts seen and crop."""

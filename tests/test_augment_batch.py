@@ -132,6 +132,7 @@ def test_segmentation_batched_equals_per_sample(seed, knobs, exact):
     {"aug_stretch": 0.15, "aug_rotate": 3.0, "aug_blur": 0.5, "aug_jitter": 0.2},
     {"aug_blur": 0.5}, {"aug_jitter": 0.3},
     {"aug_stretch": 0.1, "aug_stroke": 0.5, "aug_shear": 0.2, "aug_texture": 0.1},
+    {"aug_jitter": 0.1, "aug_crop_line": 0.5, "aug_gradient": 0.4, "aug_specks": 0.02},
 ])
 def test_ocr_batched_equals_per_sample(seed, knobs):
     from stages.tasks.ocr.augment import augment, augment_batch

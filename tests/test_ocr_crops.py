@@ -294,6 +294,7 @@ def test_each_line_knob_alone_switches_augmentation_on():
 
     assert not augmenting(Train())
     for key in ("aug_stretch", "aug_blur", "aug_stroke", "aug_shear", "aug_aspect",
-                "aug_elastic", "aug_texture", "aug_downscale", "aug_jpeg", "aug_crop_line"):
-        assert augmenting(Train(**{key: 0.1})), key
+                "aug_elastic", "aug_texture", "aug_downscale", "aug_jpeg", "aug_crop_line",
+                "aug_gradient", "aug_specks"):
+        assert augmenting(Train(**{key: 0.01})), key
     assert augmenting(Train(aug_zoom_out=1.5))
