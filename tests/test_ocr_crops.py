@@ -298,3 +298,62 @@ def test_each_line_knob_alone_switches_augmentation_on():
                 "aug_gradient", "aug_specks"):
         assert augmenting(Train(**{key: 0.01})), key
     assert augmenting(Train(aug_zoom_out=1.5))
+
+
+def test_the_third_renderer_writes_its_own_lines_the_same_twice(fonts, tmp_path):
+    """tools.ocr_testlines --renderer agg: the same bytes on a second run, lines that differ
+    from the second renderer's of the same text, crops in turn with the drawn ink share (tight
+    ink filling more of the height than loose), grey JPEG lines of the line height, and its
+    name in each line's facts."""
+    import json
+
+    from PIL import Image
+
+    from tests.conftest import run_tool
+
+    words = tmp_path / "words.txt"
+    words.write_text(WORDS + "\n", encoding="utf-8")
+    for out, renderer in (("a", "agg"), ("b", "agg"), ("p", "plain")):
+        proc = run_tool("ocr_testlines", "--fonts", fonts, "--words", words, "--lines", "21",
+                        "--out", tmp_path / out, "--renderer", renderer)
+        assert proc.returncode == 0, proc.stderr
+    listing = (tmp_path / "a" / "rec_gt.txt").read_text(encoding="utf-8").splitlines()
+    plain = (tmp_path / "p" / "rec_gt.txt").read_text(encoding="utf-8").splitlines()
+    assert len(listing) == 21 and listing == plain  # the same texts: the words draw first
+    facts = [json.loads(x) for x in (tmp_path / "a" / ".lines.jsonl").read_text().splitlines()]
+    assert {f["renderer"] for f in facts} == {"agg"}
+    assert [f["crop"] for f in facts[:21:7]] == ["tight", "medium", "loose"]
+    ink = {"tight": [], "loose": []}
+    for rel, f in zip([x.split("\t")[0] for x in listing], facts, strict=True):
+        a, b = (tmp_path / "a" / rel).read_bytes(), (tmp_path / "b" / rel).read_bytes()
+        assert a == b and a != (tmp_path / "p" / rel).read_bytes()
+        px = np.asarray(Image.open(tmp_path / "a" / rel))
+        assert px.ndim == 2 and px.shape[0] == 32 and px.shape[1] > 8
+        if f["crop"] in ink:
+            dark = px < (int(px.max()) + int(px.min())) / 2
+            rows = np.nonzero(dark.any(axis=1))[0]
+            ink[f["crop"]].append((rows[-1] - rows[0] + 1) / 32)
+    assert min(ink["tight"]) > max(ink["loose"])
+    proc = run_tool("ocr_testlines", "--fonts", fonts, "--words", words, "--lines", "2",
+                    "--out", tmp_path / "c", "--renderer", "nope")
+    assert proc.returncode == 2 and "nope" in proc.stderr
+    # both renderers as held-out test sets of one synth_ocr folder, each under its own name
+    proc = run_tool("synth_ocr", "--fonts", fonts, "--words", words, "--lines", "4", "--out",
+                    tmp_path / "d", "--test-set", tmp_path / "p", "--test-set", tmp_path / "a")
+    assert proc.returncode == 0, proc.stderr
+    assert "21 test lines of a and 21 test lines of p" in proc.stdout
+    rows = [json.loads(x) for x in (tmp_path / "d" / "lines.jsonl").read_text().splitlines()]
+    for name in ("p", "a"):
+        held = [r for r in rows if r["path"].startswith(f"{name}/")]
+        assert len(held) == 21 and {r["split"] for r in held} == {"test"}
+        assert held[0]["group"].startswith(f"renderer={name};font=")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "a").symlink_to(tmp_path / "a")
+    proc = run_tool("synth_ocr", "--fonts", fonts, "--words", words, "--lines", "4", "--out",
+                    tmp_path / "e", "--test-set", tmp_path / "a", "--test-set", tmp_path / "b")
+    assert proc.returncode == 0, proc.stderr  # a and b: two names
+    proc = run_tool("synth_ocr", "--fonts", fonts, "--words", words, "--lines", "4", "--out",
+                    tmp_path / "f", "--test-set", tmp_path / "a", "--test-set",
+                    tmp_path / "x" / "a")
+    assert proc.returncode == 2 and "names must differ" in proc.stderr
+    assert not (tmp_path / "f").exists()

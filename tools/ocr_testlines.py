@@ -1,13 +1,17 @@
-"""Test lines from a second renderer (stages/tasks/ocr/plainrender.py: Pillow's plain
-ImageDraw.text of the whole line, rotation, gradient paper, box blur, specks; tight, medium and
-loose crops in turn): lines the training generator (tools.synth_ocr) did not draw, to test a
-reader on. Writes PaddleOCR's recognition list `OUT/rec_gt.txt` (path<TAB>text) beside
-`OUT/images/` and `OUT/.lines.jsonl` (each line's font, crop tightness and draws; hidden, so the
+"""Test lines from another renderer than the training generator (tools.synth_ocr), to test a
+reader on; tight, medium and loose crops in turn. `--renderer plain` (the default,
+stages/tasks/ocr/plainrender.py): Pillow's plain ImageDraw.text of the whole line, rotation,
+gradient paper, box blur, specks. `--renderer agg` (stages/tasks/ocr/aggrender.py): matplotlib's
+outlines filled by its Agg rasteriser, flat paper, Gaussian blur and noise, JPEG.
+
+Writes PaddleOCR's recognition list `OUT/rec_gt.txt` (path<TAB>text) beside `OUT/images/` and
+`OUT/.lines.jsonl` (each line's renderer, font, crop tightness and draws; hidden, so the
 pipeline reading OUT as data.source lists only the lines), into a temp
 folder renamed into place; an existing OUT is replaced only when this tool wrote it. As the
 pipeline's held-out renderer: `tools.synth_ocr --test-set OUT` (docs/ocr.md).
 
     python -m tools.ocr_testlines --fonts fonts/ --words words.txt --lines 600 --out data/plain
+    python -m tools.ocr_testlines --renderer agg ... --out data/agg
 """
 import sys
 from pathlib import Path
@@ -16,6 +20,7 @@ import click
 
 MARKER = ".ocr_testlines"
 FACTS = ".lines.jsonl"  # each line's font, crop and draws (hidden: not a data file)
+RENDERERS = ("plain", "agg")
 
 
 @click.command()
@@ -31,10 +36,13 @@ FACTS = ".lines.jsonl"  # each line's font, crop and draws (hidden: not a data f
 @click.option("--charset", default="", help="Keep only words made of these characters.")
 @click.option("--max-chars", default=16, show_default=True, type=click.IntRange(1, 200),
               help="Characters per line, at most.")
-def main(fonts, words, lines, out, seed, charset, max_chars):
-    """Render test lines with a second renderer into a PaddleOCR list."""
+@click.option("--renderer", type=click.Choice(RENDERERS), default="plain", show_default=True,
+              help="plain: Pillow's whole-line text, rotation, gradient paper, specks; agg: "
+                   "matplotlib's outlines through Agg, flat paper, blur, noise, JPEG.")
+def main(fonts, words, lines, out, seed, charset, max_chars, renderer):
+    """Render test lines with another renderer than synth_ocr into a PaddleOCR list."""
     try:
-        counts = write(fonts, words, lines, out, seed, charset, max_chars)
+        counts = write(fonts, words, lines, out, seed, charset, max_chars, renderer)
     except (ValueError, OSError) as exc:
         click.echo(f"ocr_testlines: {exc}", err=True)
         sys.exit(2)
@@ -42,12 +50,12 @@ def main(fonts, words, lines, out, seed, charset, max_chars):
 
 
 def write(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
-          charset: str = "", max_chars: int = 16) -> dict:
+          charset: str = "", max_chars: int = 16, renderer: str = "plain") -> dict:
     import json
     import os
     import shutil
 
-    from stages.tasks.ocr import plainrender, synth
+    from stages.tasks.ocr import aggrender, plainrender, synth
 
     out = Path(out)
     if out.exists() and not (out / MARKER).is_file():
@@ -57,7 +65,9 @@ def write(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 
     names = [synth.font_name(f, Path(fonts_dir)) for f in fonts]
     words = synth.read_words(words_file, charset)
     synth.check_glyphs(fonts, names, words)
-    style = plainrender.Plain(max_chars=max_chars)
+    module = {"plain": plainrender, "agg": aggrender}[renderer]
+    style = plainrender.Plain(max_chars=max_chars) if renderer == "plain" else \
+        aggrender.Agg(max_chars=max_chars)
     tmp = out.with_name(f".{out.name}.ocr_testlines-{os.getpid()}.part")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "images").mkdir(parents=True)
@@ -66,11 +76,12 @@ def write(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 
         listing, rows, counts = [], [], {}
         for i in range(lines):
             k = i % len(fonts)
-            text, pixels, draws = plainrender.draw_line(fonts[k], words, style, seed, i)
+            text, pixels, draws = module.draw_line(fonts[k], words, style, seed, i)
             rel = f"images/{i:05d}.png"
             (tmp / rel).write_bytes(synth.png_bytes(pixels))
             listing.append(f"{rel}\t{text}\n")
-            rows.append(json.dumps({"path": rel, "text": text, "font": names[k], **draws},
+            rows.append(json.dumps({"path": rel, "text": text, "font": names[k],
+                                    "renderer": renderer, **draws},
                                    ensure_ascii=False, sort_keys=True) + "\n")
             counts[names[k]] = counts.get(names[k], 0) + 1
         (tmp / "rec_gt.txt").write_text("".join(listing), encoding="utf-8")

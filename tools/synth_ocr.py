@@ -32,10 +32,11 @@ import click
 @click.option("--real", type=click.Path(path_type=Path, file_okay=False),
               help="Your own lines (a folder in any OCR layout), copied under OUT/real/ and "
                    "listed with group `real`: --lines then sets the synthetic share.")
-@click.option("--test-set", "test_set", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--test-set", "test_set", multiple=True,
+              type=click.Path(path_type=Path, file_okay=False),
               help="Lines of another renderer (a folder in any OCR layout, e.g. "
-                   "tools.ocr_testlines'), copied under OUT/<its name>/ as test lines: the "
-                   "held-out renderer of evaluate (with split.by: given).")
+                   "tools.ocr_testlines'), copied under OUT/<its name>/ as test lines: a "
+                   "held-out renderer of evaluate (with split.by: given). Repeatable.")
 @click.option("--height", default=32, show_default=True, type=click.IntRange(min=8),
               help="Written line height in pixels.")
 @click.option("--max-aspect", default=2.0, show_default=True, type=click.FloatRange(min=0),
@@ -60,18 +61,18 @@ def main(fonts, words, lines, out, seed, charset, holdout, real, height, max_asp
     try:
         counts = synthesize(fonts, words, lines, out, seed, charset, tuple(holdout),
                             style, real_lines(real) if real else (), real, max_aspect,
-                            test_lines(test_set) if test_set else None, test_set)
+                            [test_lines(t) for t in test_set], list(test_set))
     except (ValueError, OSError) as exc:
         click.echo(f"synth_ocr: {exc}", err=True)
         sys.exit(2)
     held = set(holdout)
-    test_n = counts.pop("test-set", 0)
+    tests = {k.split(":", 1)[1]: counts.pop(k) for k in list(counts) if k.startswith("test-set:")}
     for name, n in counts.items():  # "real": your own lines
         click.echo(f"{n:6d}  {name}" + ("  (held out: test)" if name in held else ""))
     real_n = counts.pop("real", 0) if real else 0
     click.echo(f"wrote {lines} lines from {len(counts)} fonts"
                + (f" and {real_n} of your own" if real else "")
-               + (f" and {test_n} test lines of {test_set.name}" if test_set else "")
+               + "".join(f" and {n} test lines of {name}" for name, n in tests.items())
                + f" to {out}/lines.jsonl")
 
 

@@ -340,7 +340,7 @@ def draw_line(font: Path, words, style: Style, seed: int, i: int, max_aspect: fl
 
 def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: int = 0,
                charset: str = "", holdout=(), style: Style = Style(), real=(), real_dir=None,
-               max_aspect: float = 2.0, test=None, test_dir=None) -> dict:
+               max_aspect: float = 2.0, test=(), test_dirs=()) -> dict:
     """Write `lines` lines under out/images/ and their list out/lines.jsonl ({"path", "text",
     "group": the font, "font", "font_sha256", "split" (with holdout: test for a held-out font,
     else train), and the draws}); the counts per font. real: [(file, relative path, text)] of
@@ -348,8 +348,8 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     (split train with holdout). Every line passes validate's aspect check at max_aspect (its
     default, 2.0; 0: unchecked). Written to a marked temp folder then renamed, so `out`
     appears whole; an existing `out` is replaced only when synth_ocr wrote it (check_out).
-    test: (name, [(file, relative path, text, facets)]) of a held-out renderer's lines (from
-    test_dir), copied under out/<name>/ with split test and the faceted group
+    test: [(name, [(file, relative path, text, facets)])] of held-out renderers' lines (from
+    test_dirs), each copied under out/<name>/ with split test and the faceted group
     `renderer=NAME;font=...;crop=...` (stages/tasks/ocr/groups.py); every other line then gets
     a split too (train, or test for a held-out font)."""
     import os
@@ -358,9 +358,14 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
     fonts_dir, out = Path(fonts_dir), Path(out)
     check_out(out, [("--fonts", fonts_dir), ("--words", words_file)]
               + ([("--real", real_dir)] if real_dir else [])
-              + ([("--test-set", test_dir)] if test_dir else []))
+              + [("--test-set", d) for d in test_dirs])
     if not 1 <= lines <= MAX_LINES:
         raise ValueError(f"--lines {lines}: give 1 to {MAX_LINES}")
+    renderers = [name for name, _ in test]
+    if len(set(renderers)) < len(renderers) or {"images", "real"} & set(renderers):
+        raise ValueError(f"--test-set: folders named {', '.join(renderers)}: each renderer's "
+                         f"lines go under OUT/<its folder's name>/, so the names must differ "
+                         f"and be neither `images` nor `real`; rename one")
     check_style(style)
     fonts = find_fonts(fonts_dir)
     words = read_words(words_file, charset)
@@ -388,7 +393,7 @@ def synthesize(fonts_dir: Path, words_file: Path, lines: int, out: Path, seed: i
 
 
 def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, holdout,
-                style: Style, real, max_aspect: float, test=None) -> dict:
+                style: Style, real, max_aspect: float, test=()) -> dict:
     import shutil
 
     digits = max(5, len(str(lines - 1)))
@@ -412,9 +417,9 @@ def write_lines(tmp: Path, fonts, names, digests, words, lines: int, seed: int, 
                                ensure_ascii=False, sort_keys=True))
     if real:
         counts["real"] = len(real)
-    if test:
-        rows += test_rows(tmp, *test)
-        counts["test-set"] = len(test[1])
+    for name, lines_of in test:
+        rows += test_rows(tmp, name, lines_of)
+        counts[f"test-set:{name}"] = len(lines_of)
     (tmp / LIST).write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     return dict(sorted(counts.items()))
 
