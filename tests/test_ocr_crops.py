@@ -258,6 +258,18 @@ def test_evaluate_scores_the_held_out_renderer_per_font_and_crop(tmp_path):
     assert "r,font,B,no,2,8,0.500000,0.500000" in table
     assert "r,fonts seen,yes,yes,2,8,0.250000,0.500000" in table
     assert files["per_group.csv"].decode().count("\n") == 3  # header, A, B
+    # two held-out renderers: each one's CER in eval.json, the breakdowns in the table only
+    groups[4:] = ["renderer=Agg-2;font=B;crop=tight", "renderer=Agg-2;font=B;crop=loose"]
+    write_csv(tmp_path / "manifest.csv", [{"path": f"l{i}.png", "group": g}
+                                          for i, g in enumerate(groups)], ["path", "group"])
+    metrics, files = group_metrics(csv_bytes(preds, ["path", "truth", "predicted"]), scores,
+                                   tmp_path / "manifest.csv", tmp_path / "train.csv")
+    assert metrics["cer_held_out_renderer"] == pytest.approx(6 / 16)
+    assert metrics["cer_held_out_renderer_r"] == pytest.approx(2 / 8)
+    assert metrics["cer_held_out_renderer_agg_2"] == pytest.approx(4 / 8)
+    assert metrics["lines_held_out_renderer_agg_2"] == 2
+    assert "cer_held_out_renderer_crop_tight" not in metrics
+    assert "Agg-2,font,B,no,2,8,0.500000,0.500000" in files["per_renderer.csv"].decode()
     # without held-out renderer lines: nothing of it
     only = [r for r in preds if r["path"] in ("l0.png", "l1.png")]
     metrics, files = group_metrics(csv_bytes(only, ["path", "truth", "predicted"]), scores,

@@ -8,7 +8,8 @@ A held-out renderer's lines (tools.synth_ocr --test-set) carry a faceted group,
 `renderer=NAME;font=FONT;crop=TIGHTNESS` (font and crop when its list names them): they are
 kept out of the seen/unseen figures (those are the training renderer's) and scored on their own:
 `cer_held_out_renderer` (and line accuracy, lines), on the fonts training saw and did not, per
-crop tightness, and per renderer, font and crop in per_renderer.csv. Without such lines nothing
+crop tightness, and per renderer, font and crop in per_renderer.csv; with several held-out
+renderers, `cer_held_out_renderer_<name>` of each (the breakdowns in per_renderer.csv only). Without such lines nothing
 of it is written."""
 import csv
 import io
@@ -91,7 +92,14 @@ def held_out_renderer(rows, group_of, seen, scores):
             value = font_seen if by == "fonts seen" else f.get(by, "")
             if value:
                 cells.setdefault((f["renderer"], by, value), []).append(r)
-    one = len({k[0] for k in cells}) == 1  # one renderer: its breakdown in eval.json too
+    names = sorted({fac[r["path"]]["renderer"] for r in rows})
+    one = len(names) == 1  # one renderer: its breakdown in eval.json too
+    if not one:  # several: each one's own CER and lines in eval.json
+        for name in names:
+            key = "".join(c if c.isalnum() else "_" for c in name.lower())
+            s = score([r for r in rows if fac[r["path"]]["renderer"] == name])
+            metrics[f"cer_held_out_renderer_{key}"] = round(s["cer"], 6)
+            metrics[f"lines_held_out_renderer_{key}"] = s["lines"]
     table = []
     for (renderer, by, value), members in sorted(cells.items()):
         s = score(members)
