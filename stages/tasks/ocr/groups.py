@@ -9,8 +9,8 @@ A held-out renderer's lines (tools.synth_ocr --test-set) carry a faceted group,
 kept out of the seen/unseen figures (those are the training renderer's) and scored on their own:
 `cer_held_out_renderer` (and line accuracy, lines), on the fonts training saw and did not, per
 crop tightness, and per renderer, font and crop in per_renderer.csv; with several held-out
-renderers, `cer_held_out_renderer_<name>` of each (the breakdowns in per_renderer.csv only). Without such lines nothing
-of it is written."""
+renderers, `cer_held_out_renderer_<name>` of each (the breakdowns in per_renderer.csv only).
+Without such lines nothing of it is written."""
 import csv
 import io
 from pathlib import Path
