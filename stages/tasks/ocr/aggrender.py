@@ -13,7 +13,6 @@ noise, and is JPEG-compressed at quality 25-90 (Pillow's libjpeg) and decoded. E
 from a numpy PCG64 generator seeded by (seed, i)."""
 from dataclasses import dataclass
 
-CROPS = ("tight", "medium", "loose")
 INK = {"tight": (0.78, 0.95), "medium": (0.6, 0.78), "loose": (0.42, 0.6)}
 MARGIN = {"tight": (0.0, 0.15), "medium": (0.1, 0.4), "loose": (0.3, 0.8)}  # line heights
 SUPER = 4  # the outlines are filled at SUPER x the line height
@@ -95,14 +94,8 @@ def render(font_path, text: str, rng, crop: str, style: Agg = Agg()):
 
 
 def draw_line(font_path, words, style: Agg, seed: int, i: int, crop: str | None = None):
-    """(text, pixels, draws) of line i, from the generator of (seed, i); its crop tightness
-    the i-th in turn unless given."""
-    import numpy as np
+    """(text, pixels, draws) of line i: plainrender's draw of the words and crop, this
+    renderer's pixels."""
+    from stages.tasks.ocr import plainrender
 
-    rng = np.random.default_rng([seed, i])
-    n = int(rng.integers(1, style.words + 1))
-    text = " ".join(words[int(k)] for k in rng.integers(0, len(words), n))
-    text = text[:style.max_chars].strip() or words[0][:style.max_chars]
-    crop = crop or CROPS[(i // 7) % len(CROPS)]
-    pixels, draws = render(font_path, text, rng, crop, style)
-    return text, pixels, draws
+    return plainrender.draw_line(font_path, words, style, seed, i, crop, draw=render)

@@ -84,9 +84,11 @@ def render(font_path, text: str, rng, crop: str, style: Plain = Plain()):
     return np.clip(np.rint(g), 0, 255).astype(np.uint8), draws
 
 
-def draw_line(font_path, words, style: Plain, seed: int, i: int, crop: str | None = None):
+def draw_line(font_path, words, style: Plain, seed: int, i: int, crop: str | None = None,
+              draw=None):
     """(text, pixels, draws) of line i, from the generator of (seed, i); its crop tightness
-    the i-th in turn unless given."""
+    the i-th in turn unless given. draw: the renderer's render() (this module's by default;
+    aggrender.py's for the third renderer): the words are drawn first, the same for both."""
     import numpy as np
 
     rng = np.random.default_rng([seed, i])
@@ -94,5 +96,5 @@ def draw_line(font_path, words, style: Plain, seed: int, i: int, crop: str | Non
     text = " ".join(words[int(k)] for k in rng.integers(0, len(words), n))
     text = text[:style.max_chars].strip() or words[0][:style.max_chars]
     crop = crop or CROPS[(i // 7) % len(CROPS)]
-    pixels, draws = render(font_path, text, rng, crop, style)
+    pixels, draws = (draw or render)(font_path, text, rng, crop, style)
     return text, pixels, draws
