@@ -24,7 +24,7 @@ def test_the_run_scores_records_the_features_and_keeps_voices_apart(audio_projec
     assert len(per_class) == 20 and {"f1", "precision", "recall"} <= set(per_class["yes"])
     assert (audio_project / "plots/eval/confusion.csv").is_file()
     meta = json.loads((audio_project / "data/processed/meta.json").read_text())
-    assert meta["image_size"] == {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 40,
+    assert meta["image_size"] == {"sample_rate": 16000, "n_fft": 512, "hop": 160, "n_mels": 24,
                                   "frames": 101} and meta["channels"] == 1
     import onnx
 
@@ -53,7 +53,7 @@ def test_the_report_speaks_of_clips_seconds_and_sample_rates(audio_project):
     from tests.test_input_spec import visible_text
 
     text = visible_text((audio_project / "reports/run.html").read_text())
-    assert "1 s clips at 16000 Hz, log-mel 40 bands x 101 frames" in text
+    assert "1 s clips at 16000 Hz, log-mel 24 bands x 101 frames" in text
     assert "test clips" in text and "usable clips" in text
     for word in ("image", "pixel", "px", "max_pixels", "BMP", "JPEG", "min_side"):
         assert word.lower() not in text.lower(), (word, text[:2000])

@@ -105,7 +105,9 @@ def test_fit_prepare_covers_most_clips_within_bounds():
     facts = [("train", 16000 * s // 10, 16000, True) for s in (5, 8, 10, 10, 12)]
     fit = {k: v for k, v, _ in TASK.fit_prepare(facts)}
     assert fit["prepare.audio"] == {"sample_rate": 16000, "n_fft": 512, "hop": 160,
-                                         "n_mels": 40, "frames": 101}
+                                         "n_mels": 24, "frames": 101}
+    # one's own keywords get the sample's bands (the recipe measured on another synthesizer)
+    assert fit["prepare.audio"]["n_mels"] == TASK.sample_params["prepare.audio"]["n_mels"]
     assert fit["prepare.channels"] == 1 and fit["prepare.mean"] == "auto"
     long = {k: v for k, v, _ in TASK.fit_prepare([("train", 16000 * 60, 16000, True)])}
     assert long["prepare.audio"]["frames"] == 301  # at most 3 s

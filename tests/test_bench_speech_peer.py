@@ -91,3 +91,16 @@ def test_ours_answers_as_predict_with_views_and_the_clip_alone_without(audio_pro
                               model.meta, 1)[0]["score"] for p, _ in clips]
     assert alone == pytest.approx(want, abs=1e-6)
     assert alone != pytest.approx(viewed, abs=1e-4)
+
+
+def test_every_voice_says_every_keyword_and_digit_strings_take_voices_in_turn():
+    """Clip i of the keyword set says keyword i mod 20: its voice moves on by one every 20
+    clips, so 80 clips hold every (keyword, voice) pair once and a voice's figure is not a
+    fifth of the keywords'; the digit strings keep voice i mod 4."""
+    from stages.tasks.audio.sample import WORDS
+
+    pairs = {(WORDS[i % 20], speech_peer.voice_index("audio", i, 4)) for i in range(80)}
+    assert len(pairs) == 80
+    assert [speech_peer.voice_index("audio", i, 4) for i in (0, 19, 20, 39, 40)] == [0, 3, 1, 0,
+                                                                                     2]
+    assert [speech_peer.voice_index("speech", i, 4) for i in range(6)] == [0, 1, 2, 3, 0, 1]
