@@ -29,8 +29,12 @@ class Speech(CtcText):
     item = "clip"
     secondary_metrics = ("wer", "clip_accuracy")
     recipe = {
-        "train.model": "cnn_bigru", "train.epochs": 20, "train.batch_size": 32,
+        # 30 epochs under a decay of 0.1: over two training seeds and 800 clips of CMU Flite
+        # (a synthesizer never trained on), CER 0.053 and AUROC 0.877 against 0.059 and 0.855
+        # at 20 epochs and 1e-4 (docs/speech.md#the-speech-recipe-on-a-synthesizer-never-heard)
+        "train.model": "cnn_bigru", "train.epochs": 30, "train.batch_size": 32,
         "train.lr": 0.003, "train.warmup_epochs": 1, "train.grad_clip": 5.0,
+        "train.weight_decay": 0.1,
         "train.aug_time_mask": 12, "train.aug_freq_mask": 6, "train.aug_masks": 2,
         **ROOM_RECIPE,  # the room and the microphone (audioroom.py)
         "prepare.mean": "auto", "prepare.std": "auto",
@@ -49,7 +53,8 @@ class Speech(CtcText):
                              "the gate"),
         ("prepare.audio", "frames sets the length every clip is padded to: the longest "
                                "clip sets it (validate.max_seconds refuses longer ones)"),
-        ("train.epochs", "20 suits the 2,000 sample clips; fewer clips need more epochs"),
+        ("train.epochs", "30 (with train.weight_decay 0.1) suits the 2,000 sample clips; "
+                         "fewer clips need more epochs"),
     )
     models = ("cnn_bigru", "cnn_bigru_small", "cnn_bigru_large")  # model.py SIZES
     task_keys = TASK_KEYS
