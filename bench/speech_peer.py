@@ -240,8 +240,8 @@ def per_voice(task: str, truths, texts, said, voices) -> None:
     of = [voice_index(task, i, len(voices)) for i in range(len(truths))]
     for k, voice in enumerate(voices):
         pick = [i for i, v in enumerate(of) if v == k]
-        a, b = (score(task, [truths[i] for i in pick], [xs[i] for i in pick])
-                for xs in (texts, said))
+        truth = [truths[i] for i in pick]
+        a, b = (score(task, truth, [xs[i] for i in pick]) for xs in (texts, said))
         click.echo(f"  {voice:24s} ours {next(iter(a.values())):.4f}  PocketSphinx "
                    f"{next(iter(b.values())):.4f}  ({next(iter(a))})")
 
